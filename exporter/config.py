@@ -1,0 +1,57 @@
+"""Configuration: flags and an optional YAML file become one frozen Config. Flags win over the file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Every source the CLI knows; --collector.<name> / --no-collector.<name> and --collector.<name>.interval.
+SOURCE_NAMES = ("rocm-smi", "amd-smi", "sysfs", "devices", "kernel-log", "processes")
+
+DEFAULT_INTERVALS_SECONDS = {
+    "rocm-smi": 30.0,
+    "amd-smi": 30.0,
+    "sysfs": 15.0,
+    "devices": 15.0,
+    "kernel-log": 1.0,
+    "processes": 30.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    listen_address: str = ":9862"
+    web_config_file: Path | None = None
+    rootfs: Path = Path("/")
+    sysfs: Path = Path("/sys")
+    devfs: Path = Path("/dev")
+    procfs: Path = Path("/proc")
+    kernel_log_path: Path = Path("/dev/kmsg")
+    kernel_log_rules: Path | None = None  # overrides the rules shipped in exporter/data
+    rocm_smi_path: str = "rocm-smi"
+    amd_smi_path: str = "amd-smi"
+    smi_backend: str = "auto"  # auto | rocm-smi | amd-smi | both
+    smi_timeout_seconds: float = 20.0
+    state_dir: Path = Path("/var/lib/rocm-watchdog")
+    collectors: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(SOURCE_NAMES, True))
+    intervals_seconds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
+    top_processes: int = 20
+    baseline_auto_accept_boots: int = 0  # 0: never; N: accept after N healthy boots
+    log_level: str = "info"
+    log_format: str = "json"
+
+    def enabled(self, source: str) -> bool:
+        return self.collectors.get(source, False)
+
+    def host_path(self, path: Path) -> str:
+        """The path as the host names it: ``<devfs>/dri/card0`` -> ``/dev/dri/card0``.
+
+        Labels carry host paths whatever --path.devfs or --path.rootfs point at (contract section 4).
+        """
+        for root, host in ((self.devfs, "/dev"), (self.sysfs, "/sys"), (self.procfs, "/proc")):
+            try:
+                rel = path.relative_to(root)
+            except ValueError:
+                continue
+            return host if str(rel) == "." else f"{host}/{rel.as_posix()}"
+        return path.as_posix()

@@ -1,0 +1,140 @@
+"""Every metric name, HELP string and label tuple, in one place (contract section 4).
+
+Values served from a snapshot that a scheduled source refreshed say "cached" in HELP: a scrape never
+runs a tool, it reads the last good snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+NAMESPACE = "rocm"
+SELF = "rocm_watchdog"
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    kind: Literal["gauge", "counter", "info"] = "gauge"
+
+
+CACHED = " (cached: read from the last successful run of its source)"
+
+# GPU state -------------------------------------------------------------------------------------------
+GPU_INFO = Spec(
+    "rocm_gpu_info",
+    "GPU identity, 1 per GPU present" + CACHED,
+    ("pci_bus", "card", "render_node", "kfd_node", "gpu_id", "unique_id", "model", "device_id", "vbios", "driver"),
+)
+GPU_VRAM_TOTAL = Spec("rocm_gpu_vram_total_bytes", "VRAM size in bytes" + CACHED, ("pci_bus",))
+GPU_VRAM_USED = Spec("rocm_gpu_vram_used_bytes", "VRAM in use in bytes" + CACHED, ("pci_bus",))
+GPU_BUSY = Spec("rocm_gpu_busy_ratio", "GPU busy ratio 0..1" + CACHED, ("pci_bus",))
+GPU_NUMA = Spec("rocm_gpu_numa_node", "NUMA node of the GPU, -1 when none" + CACHED, ("pci_bus",))
+GPU_TEMPERATURE = Spec(
+    "rocm_gpu_temperature_celsius", "GPU temperature per hwmon sensor" + CACHED, ("pci_bus", "sensor")
+)
+GPU_POWER = Spec("rocm_gpu_power_watts", "GPU power draw in watts" + CACHED, ("pci_bus",))
+GPU_PCIE_SPEED = Spec(
+    "rocm_gpu_pcie_link_speed_gigatransfers_per_second", "Current PCIe link speed" + CACHED, ("pci_bus",)
+)
+GPU_PCIE_WIDTH = Spec("rocm_gpu_pcie_link_width_lanes", "Current PCIe link width" + CACHED, ("pci_bus",))
+GPU_RAS_CORRECTABLE = Spec(
+    "rocm_gpu_ras_correctable_errors_total",
+    "RAS correctable errors since driver load, per block" + CACHED,
+    ("pci_bus", "block"),
+    "counter",
+)
+GPU_RAS_UNCORRECTABLE = Spec(
+    "rocm_gpu_ras_uncorrectable_errors_total",
+    "RAS uncorrectable errors since driver load, per block" + CACHED,
+    ("pci_bus", "block"),
+    "counter",
+)
+GPU_RAS_DEFERRED = Spec(
+    "rocm_gpu_ras_deferred_errors_total",
+    "RAS deferred errors since driver load, per block" + CACHED,
+    ("pci_bus", "block"),
+    "counter",
+)
+GPU_LINK_INFO = Spec(
+    "rocm_gpu_link_info", "1 per linked GPU pair, both directions" + CACHED, ("pci_bus", "peer_pci_bus", "link_type")
+)
+GPU_LINK_WEIGHT = Spec("rocm_gpu_link_weight", "Topology link weight" + CACHED, ("pci_bus", "peer_pci_bus"))
+GPU_LINK_HOPS = Spec("rocm_gpu_link_hops", "Topology hops between GPUs" + CACHED, ("pci_bus", "peer_pci_bus"))
+PROCESSES = Spec("rocm_processes", "KFD processes on the node" + CACHED)
+PROCESS_VRAM = Spec(
+    "rocm_process_vram_used_bytes",
+    "VRAM used by a KFD process, the N largest" + CACHED,
+    ("pid", "process_name", "user", "container_id", "pod_uid"),
+)
+GPUS = Spec("rocm_gpus", "GPUs present now" + CACHED)
+
+# Device identity and drift ---------------------------------------------------------------------------
+DEVICE_NODE_INFO = Spec(
+    "rocm_device_node_info",
+    "1 per GPU device node, with its mode, owner and numbers" + CACHED,
+    ("path", "mode", "owner", "group", "uid", "gid", "major", "minor"),
+)
+DEVICE_NODE_PRESENT = Spec(
+    "rocm_device_node_present", "1 when the device node exists, for nodes present or in the baseline" + CACHED, ("path",)
+)
+DEVICE_NODE_ACCESSIBLE = Spec(
+    "rocm_device_node_accessible", "1 when this process can open the node read-write" + CACHED, ("path",)
+)
+DEVICE_NODE_DRIFT = Spec(
+    "rocm_device_node_drift", "1 when the attribute differs from the baseline" + CACHED, ("path", "attribute")
+)
+DEVICE_NODE_POLICY = Spec(
+    "rocm_device_node_policy_violation", "1 when the node breaks the named rule" + CACHED, ("path", "rule")
+)
+RENDER_NODE_MINOR = Spec("rocm_render_node_minor", "Render node number of the GPU now" + CACHED, ("pci_bus",))
+CARD_MINOR = Spec("rocm_card_minor", "Card node number of the GPU now" + CACHED, ("pci_bus",))
+RENDER_NODE_RENUMBERED = Spec(
+    "rocm_render_node_renumbered", "1 when the render node differs from the baseline" + CACHED, ("pci_bus",)
+)
+GPU_MISSING = Spec("rocm_gpu_missing", "1 when a GPU of the baseline is gone" + CACHED, ("pci_bus",))
+BASELINE_GPUS = Spec("rocm_baseline_gpus", "GPUs in the baseline")
+GROUP_GID_DRIFT = Spec(
+    "rocm_group_gid_drift", "1 when the host's gid for the group changed since the baseline" + CACHED, ("group",)
+)
+
+# Kernel log ------------------------------------------------------------------------------------------
+KERNEL_EVENTS = Spec(
+    "rocm_kernel_events_total", "amdgpu/amdkfd kernel-log events per GPU and class", ("pci_bus", "class"), "counter"
+)
+KERNEL_EVENT_LAST = Spec(
+    "rocm_kernel_event_last_timestamp_seconds",
+    "Wall-clock time of the last kernel-log event per GPU and class",
+    ("pci_bus", "class"),
+)
+KERNEL_RECORDS_LOST = Spec(
+    "rocm_kernel_log_records_lost_total", "kmsg records overwritten before they were read", (), "counter"
+)
+
+# The exporter itself ---------------------------------------------------------------------------------
+SOURCE_UP = Spec("rocm_watchdog_source_up", "1 when the last run of the source succeeded", ("source",))
+SOURCE_DURATION = Spec(
+    "rocm_watchdog_source_duration_seconds", "Duration of the last run of the source", ("source",)
+)
+SOURCE_LAST_SUCCESS = Spec(
+    "rocm_watchdog_source_last_success_timestamp_seconds",
+    "Unix time of the last successful run of the source",
+    ("source",),
+)
+SOURCE_FAILURES = Spec(
+    "rocm_watchdog_source_failures_total", "Failed runs of the source", ("source",), "counter"
+)
+SOURCE_STALE = Spec(
+    "rocm_watchdog_source_stale",
+    "1 when the source's last success is too old and its values are no longer exported",
+    ("source",),
+)
+BUILD_INFO = Spec("rocm_watchdog_build_info", "Build information, 1", ("version",))
+STATE_FILE_CORRUPT = Spec(
+    "rocm_watchdog_state_file_corrupt",
+    "1 when a state file could not be read and was moved aside",
+    ("file",),
+)

@@ -1,0 +1,89 @@
+"""GPU identity and state read from sysfs (issue 3). Keyed by PCI address, never by card/render number.
+
+Fields may be added; the ones here are what the device watchdog and the collector rely on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class DrmMinor:
+    """One DRM minor of a device as sysfs shows it (``class/drm/<name>``)."""
+
+    name: str  # "card1", "renderD128"
+    kind: Literal["card", "render"]
+    minor: int
+    dev: tuple[int, int] | None = None  # major:minor from sysfs ``dev``; None when unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class RasCount:
+    block: str  # "umc", "gfx", "sdma", ...
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    deferred: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KfdNode:
+    """One GPU node of the KFD topology (CPU nodes are not kept)."""
+
+    node: int
+    gpu_id: int | None
+    render_minor: int | None
+    pci_bus: str | None  # from domain + location_id (partition index in the function bits)
+    unique_id: str | None  # canonical hex, see GpuIdentity.unique_id
+    device_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """An amdgpu GPU or partition: its stable key and everything derived from it."""
+
+    pci_bus: str  # lower-case dddd:bb:dd.f; a partition has its own function number
+    unique_id: str | None = None  # canonical: hex(int) lower-case, e.g. "0x5a4ad1c2a8ba3e1f"
+    card: DrmMinor | None = None
+    render: DrmMinor | None = None
+    kfd_node: int | None = None
+    gpu_id: int | None = None
+    parent_pci_bus: str | None = None  # the physical GPU of a partition, else None
+    partition_index: int | None = None
+    compute_partition: str | None = None  # SPX/DPX/CPX...
+    memory_partition: str | None = None  # NPS1/NPS4...
+    driver: str | None = None
+    vendor_id: str | None = None  # "0x1002"
+    device_id: str | None = None  # "0x740f"
+    model: str | None = None  # product_name
+    vbios: str | None = None
+    numa_node: int | None = None  # -1 when none
+    # state, read every interval; None when the file is absent or unreadable
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    busy_ratio: float | None = None
+    temperatures_celsius: tuple[tuple[str, float], ...] = ()  # (sensor label, value)
+    power_watts: float | None = None
+    pcie_link_speed_gts: float | None = None
+    pcie_link_width: int | None = None
+    ras: tuple[RasCount, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OtherDrmDevice:
+    """A DRM device that is not an amdgpu GPU (BMC ast/mgag200, i915 iGPU, simpledrm, virtio)."""
+
+    name: str  # "card0"
+    driver: str | None
+    parent: str | None  # BDF or platform device name
+    minors: tuple[DrmMinor, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsSnapshot:
+    gpus: tuple[GpuIdentity, ...] = ()
+    other_drm: tuple[OtherDrmDevice, ...] = ()
+    kfd_nodes: tuple[KfdNode, ...] = ()
+    kfd_dev: tuple[int, int] | None = None  # /sys/class/kfd/kfd/dev
+    warnings: tuple[str, ...] = ()

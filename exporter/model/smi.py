@@ -1,0 +1,81 @@
+"""Records parsed from rocm-smi and amd-smi output (contract section 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+SmiTool = Literal["rocm-smi", "amd-smi"]
+SmiFormat = Literal["json", "text", "csv"]
+
+
+@dataclass(frozen=True, slots=True)
+class SmiGpu:
+    """One GPU as a tool reports it. ``None`` means the tool printed N/A / UNKNOWN or left it out."""
+
+    index: int
+    pci_bus: str | None = None  # always lower-case dddd:bb:dd.f
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    numa_node: int | None = None
+    numa_affinity: int | None = None  # -1 when none (4294967295 on ROCm <= 5.7 is normalised to -1)
+    unique_id: str | None = None  # "0x..." lower-case hex as printed by the tool
+    model: str | None = None
+    device_id: str | None = None  # "0x740f"
+    vbios: str | None = None
+    driver: str | None = None
+    # amd-smi list (ROCm >= 6.3)
+    uuid: str | None = None
+    kfd_id: int | None = None
+    node_id: int | None = None
+    partition_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SmiProcess:
+    """One KFD process (per GPU for amd-smi and rocm-smi details mode)."""
+
+    pid: int
+    name: str | None = None
+    gpu: int | None = None  # GPU index when the tool says which GPU (amd-smi), else None
+    gpu_count: int | None = None  # rocm-smi "GPU(s)" column: how many GPUs the PID uses
+    vram_used_bytes: int | None = None
+    sdma_used: int | None = None
+    cu_occupancy: int | None = None
+    gtt_used_bytes: int | None = None
+    cpu_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SmiLink:
+    """One unordered GPU pair, ``a < b``, never the diagonal."""
+
+    a: int
+    b: int
+    weight: int | None = None
+    hops: int | None = None
+    type: str | None = None  # "XGMI" | "PCIE" as printed (upper-case)
+    a_pci_bus: str | None = None
+    b_pci_bus: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SmiReport:
+    tool: SmiTool
+    format: SmiFormat
+    gpus: tuple[SmiGpu, ...] = ()
+    processes: tuple[SmiProcess, ...] = ()
+    links: tuple[SmiLink, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's ``parse`` JSON object."""
+        return {
+            "tool": self.tool,
+            "format": self.format,
+            "gpus": [dataclasses.asdict(g) for g in self.gpus],
+            "processes": [dataclasses.asdict(p) for p in self.processes],
+            "links": [dataclasses.asdict(link) for link in self.links],
+            "warnings": list(self.warnings),
+        }
