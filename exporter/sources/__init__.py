@@ -1,0 +1,28 @@
+"""Sources: the I/O side. Each one reads the host (a tool, sysfs, /dev, the kernel log) and returns records.
+
+A source is scheduled by ``exporter.scheduler``; the scheduler wrapper times it, records its health and
+stores what it returns. A source signals failure by raising ``SourceError`` (a clear message, no
+traceback in the log); anything else it raises is treated the same way but logged with the traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class SourceError(Exception):
+    """The source ran but could not produce data (tool missing, timed out, garbage output...)."""
+
+
+class Source(Protocol[T_co]):
+    name: str
+
+    def collect(self) -> T_co:
+        """Read the host once and return a frozen snapshot. Raise SourceError on failure."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds open (file descriptors). Called once at shutdown."""
+        ...

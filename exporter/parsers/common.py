@@ -1,0 +1,42 @@
+"""Small pure helpers the tool parsers share."""
+
+from __future__ import annotations
+
+import re
+
+# Values the tools print for "could not read": never 0, always None.
+MISSING_VALUES = frozenset({"", "n/a", "na", "unknown", "not supported", "none", "xxxx", "-"})
+
+_BDF = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$")
+
+
+def is_missing(value: object) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in MISSING_VALUES)
+
+
+def normalize_bdf(value: str | None) -> str | None:
+    """``0000:1E:00.0`` / ``1e:00.0`` -> ``0000:1e:00.0``; None for anything that is not a BDF."""
+    if value is None:
+        return None
+    m = _BDF.match(value.strip())
+    if not m:
+        return None
+    domain = int(m["domain"], 16) if m["domain"] else 0
+    return f"{domain:04x}:{m['bus'].lower()}:{m['dev'].lower()}.{m['fn']}"
+
+
+def parse_int(value: object) -> int | None:
+    """Decimal or 0x-hex integer, None for a missing or unparsable value."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if not isinstance(value, str) or is_missing(value):
+        return None
+    text = value.strip()
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text, 10)
+    except ValueError:
+        return None
