@@ -79,7 +79,7 @@ DEVICE_NODE_INFO = Spec(
     ("path", "mode", "owner", "group", "uid", "gid", "major", "minor"),
 )
 DEVICE_NODE_PRESENT = Spec(
-    "rocm_device_node_present", "1 when the device node exists, for nodes present or in the baseline" + CACHED, ("path",)
+    "rocm_device_node_present", "1 when the node exists; for nodes present or in the baseline" + CACHED, ("path",)
 )
 DEVICE_NODE_ACCESSIBLE = Spec(
     "rocm_device_node_accessible", "1 when this process can open the node read-write" + CACHED, ("path",)
