@@ -116,17 +116,13 @@ KERNEL_RECORDS_LOST = Spec(
 
 # The exporter itself ---------------------------------------------------------------------------------
 SOURCE_UP = Spec("rocm_watchdog_source_up", "1 when the last run of the source succeeded", ("source",))
-SOURCE_DURATION = Spec(
-    "rocm_watchdog_source_duration_seconds", "Duration of the last run of the source", ("source",)
-)
+SOURCE_DURATION = Spec("rocm_watchdog_source_duration_seconds", "Duration of the last run of the source", ("source",))
 SOURCE_LAST_SUCCESS = Spec(
     "rocm_watchdog_source_last_success_timestamp_seconds",
     "Unix time of the last successful run of the source",
     ("source",),
 )
-SOURCE_FAILURES = Spec(
-    "rocm_watchdog_source_failures_total", "Failed runs of the source", ("source",), "counter"
-)
+SOURCE_FAILURES = Spec("rocm_watchdog_source_failures_total", "Failed runs of the source", ("source",), "counter")
 SOURCE_STALE = Spec(
     "rocm_watchdog_source_stale",
     "1 when the source's last success is too old and its values are no longer exported",
