@@ -17,6 +17,7 @@ class DrmMinor:
     kind: Literal["card", "render"]
     minor: int
     dev: tuple[int, int] | None = None  # major:minor from sysfs ``dev``; None when unreadable
+    parent: str | None = None  # what the minor's ``device`` link resolves to: a BDF or "amdgpu_xcp.3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,9 @@ class KfdNode:
     pci_bus: str | None  # from domain + location_id (partition index in the function bits)
     unique_id: str | None  # canonical hex, see GpuIdentity.unique_id
     device_id: str | None = None
+    domain: int | None = None  # PCI segment; None on old kernels without the key
+    location_id: int | None = None  # (bus << 8) | (device << 3) | function; partitions use the function bits
+    name: str | None = None  # the node's ``name`` file ("ip discovery"), when present
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +53,10 @@ class GpuIdentity:
     render: DrmMinor | None = None
     kfd_node: int | None = None
     gpu_id: int | None = None
-    parent_pci_bus: str | None = None  # the physical GPU of a partition, else None
-    partition_index: int | None = None
+    # the physical GPU of a partition (its own BDF for partition 0, which is the PCI function itself);
+    # None for a GPU that is not partitioned
+    parent_pci_bus: str | None = None
+    partition_index: int | None = None  # the BDF function bits KFD gives the partition (0..7)
     compute_partition: str | None = None  # SPX/DPX/CPX...
     memory_partition: str | None = None  # NPS1/NPS4...
     driver: str | None = None
@@ -59,6 +65,10 @@ class GpuIdentity:
     model: str | None = None  # product_name
     vbios: str | None = None
     numa_node: int | None = None  # -1 when none
+    # derived numbers, each may change at any boot: see sysfs-devfs.md section 3
+    rocm_smi_index: int | None = None  # rank among the GPUs that have a card node, in card-number order
+    hip_index: int | None = None  # rank among the KFD GPU nodes, in node order (HIP/ROCR_VISIBLE_DEVICES)
+    partition_device: str | None = None  # "amdgpu_xcp.3" for a partition on a platform device, else None
     # state, read every interval; None when the file is absent or unreadable
     vram_total_bytes: int | None = None
     vram_used_bytes: int | None = None
@@ -78,6 +88,10 @@ class OtherDrmDevice:
     driver: str | None
     parent: str | None  # BDF or platform device name
     minors: tuple[DrmMinor, ...] = ()
+    # "bmc" (ast, mgag200), "igpu" (i915, xe), "firmware" (simpledrm, efifb), "virtual" (virtio, vkms...),
+    # "amdgpu" (an amdgpu_xcp partition device KFD does not list: present but unusable in this partition mode),
+    # "other"
+    kind: str = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +101,6 @@ class SysfsSnapshot:
     kfd_nodes: tuple[KfdNode, ...] = ()
     kfd_dev: tuple[int, int] | None = None  # /sys/class/kfd/kfd/dev
     warnings: tuple[str, ...] = ()
+    # amdgpu_xcp partition devices with DRM minors but no KFD node (the spare render nodes of SPX/DPX mode,
+    # or every partition when KFD is not loaded): kind "amdgpu"; they are not GPUs and not foreign devices
+    idle_partitions: tuple[OtherDrmDevice, ...] = ()
