@@ -1,0 +1,140 @@
+"""Merge what every GPU source says into one view per GPU, keyed by PCI address. Pure.
+
+Precedence per field: sysfs (read every interval, cheapest, most current), then the tool reports in the
+order given (the collector passes amd-smi before rocm-smi). A field no source knows stays None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
+from exporter.model.smi import SmiGpu, SmiReport
+from exporter.parsers.common import normalize_bdf, parse_int
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    pci_bus: str
+    card: str | None = None
+    render_node: str | None = None
+    kfd_node: int | None = None
+    gpu_id: int | None = None
+    unique_id: str | None = None
+    model: str | None = None
+    device_id: str | None = None
+    vbios: str | None = None
+    driver: str | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    busy_ratio: float | None = None
+    numa_node: int | None = None
+    temperatures_celsius: tuple[tuple[str, float], ...] = ()
+    power_watts: float | None = None
+    pcie_link_speed_gts: float | None = None
+    pcie_link_width: int | None = None
+    ras: tuple[RasCount, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LinkView:
+    pci_bus: str
+    peer_pci_bus: str
+    link_type: str | None
+    weight: int | None
+    hops: int | None
+
+
+def canonical_unique_id(value: str | None) -> str | None:
+    """Tools print ``0x5A4A...``, sysfs ``5a4a...`` (16 digits) and KFD a decimal: one form, ``hex(int)``."""
+    if value is None:
+        return None
+    text = value.strip()
+    number = parse_int(text if text.lower().startswith("0x") else f"0x{text}")
+    return hex(number) if number is not None else None
+
+
+def _from_sysfs(gpu: GpuIdentity) -> GpuView:
+    return GpuView(
+        pci_bus=gpu.pci_bus,
+        card=gpu.card.name if gpu.card else None,
+        render_node=gpu.render.name if gpu.render else None,
+        kfd_node=gpu.kfd_node,
+        gpu_id=gpu.gpu_id,
+        unique_id=canonical_unique_id(gpu.unique_id),
+        model=gpu.model,
+        device_id=gpu.device_id,
+        vbios=gpu.vbios,
+        driver=gpu.driver,
+        vram_total_bytes=gpu.vram_total_bytes,
+        vram_used_bytes=gpu.vram_used_bytes,
+        busy_ratio=gpu.busy_ratio,
+        numa_node=gpu.numa_node,
+        temperatures_celsius=gpu.temperatures_celsius,
+        power_watts=gpu.power_watts,
+        pcie_link_speed_gts=gpu.pcie_link_speed_gts,
+        pcie_link_width=gpu.pcie_link_width,
+        ras=gpu.ras,
+    )
+
+
+def _first(current: T | None, new: T | None) -> T | None:
+    return current if current is not None else new
+
+
+def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
+    """Fill the fields ``view`` does not know from a tool's record."""
+    return GpuView(
+        pci_bus=view.pci_bus,
+        card=view.card,
+        render_node=view.render_node,
+        kfd_node=view.kfd_node,
+        gpu_id=view.gpu_id,
+        unique_id=view.unique_id or canonical_unique_id(smi.unique_id),
+        model=view.model or smi.model,
+        device_id=view.device_id or smi.device_id,
+        vbios=view.vbios or smi.vbios,
+        driver=view.driver or smi.driver,
+        vram_total_bytes=_first(view.vram_total_bytes, smi.vram_total_bytes),
+        vram_used_bytes=_first(view.vram_used_bytes, smi.vram_used_bytes),
+        busy_ratio=view.busy_ratio,
+        numa_node=_first(view.numa_node, smi.numa_node),
+        temperatures_celsius=view.temperatures_celsius,
+        power_watts=view.power_watts,
+        pcie_link_speed_gts=view.pcie_link_speed_gts,
+        pcie_link_width=view.pcie_link_width,
+        ras=view.ras,
+    )
+
+
+def merge_gpus(sysfs: SysfsSnapshot | None, reports: Sequence[SmiReport]) -> tuple[GpuView, ...]:
+    views: dict[str, GpuView] = {}
+    if sysfs is not None:
+        for gpu in sysfs.gpus:
+            views[gpu.pci_bus] = _from_sysfs(gpu)
+    for report in reports:
+        for smi in report.gpus:
+            bdf = normalize_bdf(smi.pci_bus)
+            if bdf is None:
+                continue  # a GPU the tool did not place on the bus cannot be keyed
+            views[bdf] = _fill(views.get(bdf, GpuView(pci_bus=bdf)), smi)
+    return tuple(views[k] for k in sorted(views))
+
+
+def merge_links(reports: Sequence[SmiReport]) -> tuple[LinkView, ...]:
+    """Every linked pair in both directions, keyed by PCI address; the first report to name a pair wins."""
+    links: dict[tuple[str, str], LinkView] = {}
+    for report in reports:
+        by_index = {g.index: normalize_bdf(g.pci_bus) for g in report.gpus}
+        for link in report.links:
+            a = normalize_bdf(link.a_pci_bus) or by_index.get(link.a)
+            b = normalize_bdf(link.b_pci_bus) or by_index.get(link.b)
+            if a is None or b is None or a == b:
+                continue
+            for x, y in ((a, b), (b, a)):
+                links.setdefault((x, y), LinkView(x, y, link.type, link.weight, link.hops))
+    return tuple(links[k] for k in sorted(links))

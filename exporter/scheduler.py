@@ -1,0 +1,121 @@
+"""Collect on a schedule, serve from memory.
+
+One APScheduler 3.x interval job per source (``max_instances=1`` so a hung tool never piles up runs,
+``coalesce=True`` so missed runs collapse into one, jitter so a fleet does not run rocm-smi in lock-step).
+The wrapper here, not the sources, records every source's health in the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from exporter.sources import Source, SourceError
+from exporter.store import SnapshotStore
+
+log = structlog.get_logger("scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    source: Source[object]
+    interval_seconds: float
+    timeout_seconds: float = 0.0  # the longest one run may take (tools); 0 for in-process sources
+    # Every name the source may report under (the auto-selected smi tool reports as the tool it chose).
+    names: tuple[str, ...] = ()
+
+    @property
+    def max_age_seconds(self) -> float:
+        """How old the last success may be before the source's values stop being exported."""
+        return 3 * self.interval_seconds + self.timeout_seconds
+
+
+def run_source(source: Source[object], store: SnapshotStore) -> bool:
+    """Run one collection and record its health; never raises. Returns whether it succeeded."""
+    started = time.monotonic()
+    try:
+        data = source.collect()
+    except SourceError as exc:
+        # The name is read after the run: an auto-selecting source names the tool it ended up using.
+        bound = log.bind(source=source.name)
+        _record_failure(store, source.name, str(exc), time.monotonic() - started, bound)
+        return False
+    except Exception as exc:  # a bug in a source must not stop the others or the daemon
+        bound = log.bind(source=source.name)
+        bound.exception("source_crashed")
+        _record_failure(store, source.name, f"internal error: {exc!r}", time.monotonic() - started, bound)
+        return False
+    duration = time.monotonic() - started
+    name = source.name
+    bound = log.bind(source=name)
+    previous = store.view(time.time()).entries.get(name)
+    store.record_success(name, data, duration, time.time())
+    if previous is not None and previous.health.up is False:
+        bound.info("source_recovered", duration_seconds=round(duration, 3))
+    else:
+        bound.debug("source_ok", duration_seconds=round(duration, 3))
+    return True
+
+
+def _record_failure(
+    store: SnapshotStore, name: str, error: str, duration: float, bound: structlog.typing.FilteringBoundLogger
+) -> None:
+    previous = store.view(time.time()).entries.get(name)
+    store.record_failure(name, error, duration, time.time())
+    # Log when a source starts failing or fails differently; repeats of the same failure go to debug.
+    if previous is None or previous.health.up is not False or previous.health.last_error != error:
+        bound.warning("source_failed", error=error, duration_seconds=round(duration, 3))
+    else:
+        bound.debug("source_still_failing", error=error)
+
+
+class Scheduler:
+    def __init__(self, store: SnapshotStore, jobs: Sequence[Scheduled]) -> None:
+        self._store = store
+        self._jobs = list(jobs)
+        self._scheduler: Any = None
+        for job in self._jobs:
+            for name in job.names or (job.source.name,):
+                store.register(name, job.interval_seconds, job.max_age_seconds)
+
+    def start(self) -> None:
+        scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=timezone.utc,
+        )
+        now = datetime.now(timezone.utc)
+        for job in self._jobs:
+            scheduler.add_job(
+                run_source,
+                "interval",
+                args=(job.source, self._store),
+                seconds=job.interval_seconds,
+                jitter=job.interval_seconds * 0.1 if job.interval_seconds >= 5 else None,
+                next_run_time=now,  # first run at once, not one interval after start
+                id=job.source.name,
+                name=job.source.name,
+            )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def run_all_once(self) -> None:
+        """One collection of every source in order (the ``once`` command)."""
+        for job in self._jobs:
+            run_source(job.source, self._store)
+
+    def shutdown(self) -> None:
+        if self._scheduler is not None:
+            # Do not wait: a job stuck on a tool is bounded by the runner's timeout and killed with it.
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        for job in self._jobs:
+            try:
+                job.source.close()
+            except Exception:
+                log.exception("source_close_failed", source=job.source.name)

@@ -1,0 +1,118 @@
+"""The one place that starts processes.
+
+``run(argv, timeout_seconds, max_bytes)`` starts the program in its own session (so its own process group),
+reads stdout and stderr concurrently up to ``max_bytes`` each, and on timeout kills the whole group (a tool
+that forks helpers, or a wrapper script, leaves nothing behind). argv only: never a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int | None  # None when the program could not be started or was killed
+    stdout: str
+    stderr: str
+    duration_seconds: float
+    timed_out: bool = False
+    truncated: bool = False  # stdout or stderr went over max_bytes; the rest was discarded
+    error: str | None = None  # why it could not be started (not found, permission denied)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out and self.returncode == 0
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(
+    argv: Sequence[str],
+    timeout_seconds: float,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run ``argv`` and return what happened; never raises for a failing or hanging program."""
+    args = tuple(argv)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return CommandResult(args, None, "", "", time.monotonic() - start, error=f"{exc.strerror or exc}: {args[0]}")
+
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    sizes = dict.fromkeys(chunks, 0)
+    truncated = False
+    timed_out = False
+    deadline = start + timeout_seconds
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=remaining):
+                fd = key.fd
+                data = os.read(fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                room = max_bytes - sizes[fd]
+                if room > 0:
+                    chunks[fd].append(data[:room])
+                if len(data) > room:
+                    truncated = True
+                sizes[fd] += len(data)
+    returncode: int | None
+    if timed_out:
+        _kill_group(proc)
+        proc.wait()
+        returncode = None
+    else:
+        # Both pipes closed: the program exited, or detached its output. Wait what remains of the budget.
+        try:
+            returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+            returncode, timed_out = None, True
+    # Children that outlived the leader still belong to the group: do not leave them running.
+    _kill_group(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+    return CommandResult(
+        args,
+        returncode,
+        b"".join(chunks[out_fd]).decode("utf-8", "replace"),
+        b"".join(chunks[err_fd]).decode("utf-8", "replace"),
+        time.monotonic() - start,
+        timed_out=timed_out,
+        truncated=truncated,
+    )

@@ -1,0 +1,100 @@
+"""The snapshot store: the only state the scheduler threads and the scrape share.
+
+Each source has an entry: its last good data and its health. A scrape reads a consistent ``StoreView`` (one
+lock acquisition, no I/O) and never waits for a source.
+
+Staleness rule: a source's data is exported while its last success is at most ``max_age_seconds`` old
+(three intervals plus the source's timeout, see ``scheduler``). Past that its values disappear from
+``/metrics`` (``rocm_watchdog_source_stale{source}`` becomes 1) instead of being served as if fresh; its
+health series stay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    interval_seconds: float
+    max_age_seconds: float
+    up: bool | None = None  # None: never ran yet
+    duration_seconds: float | None = None
+    last_attempt: float | None = None  # unix time
+    last_success: float | None = None  # unix time
+    failures_total: int = 0
+    consecutive_failures: int = 0
+    last_error: str | None = None
+
+    def fresh(self, now: float) -> bool:
+        return self.last_success is not None and now - self.last_success <= self.max_age_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEntry:
+    health: SourceHealth
+    data: object | None = None  # the last good snapshot the source returned
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    now: float
+    entries: Mapping[str, SourceEntry]
+
+    def fresh_data(self, name: str) -> object | None:
+        """The source's last good data, or None when it never succeeded or its data is stale."""
+        entry = self.entries.get(name)
+        if entry is None or not entry.health.fresh(self.now):
+            return None
+        return entry.data
+
+
+class SnapshotStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, SourceEntry] = {}
+
+    def register(self, name: str, interval_seconds: float, max_age_seconds: float) -> None:
+        with self._lock:
+            self._entries[name] = SourceEntry(SourceHealth(interval_seconds, max_age_seconds))
+
+    def _entry(self, name: str) -> SourceEntry:
+        entry = self._entries.get(name)
+        if entry is None:  # a source that registers itself late (auto-selected smi tool)
+            entry = SourceEntry(SourceHealth(0.0, float("inf")))
+        return entry
+
+    def record_success(self, name: str, data: object, duration_seconds: float, now: float) -> None:
+        with self._lock:
+            entry = self._entry(name)
+            health = replace(
+                entry.health,
+                up=True,
+                duration_seconds=duration_seconds,
+                last_attempt=now,
+                last_success=now,
+                consecutive_failures=0,
+                last_error=None,
+            )
+            self._entries[name] = SourceEntry(health, data)
+
+    def record_failure(self, name: str, error: str, duration_seconds: float, now: float) -> None:
+        with self._lock:
+            entry = self._entry(name)
+            health = replace(
+                entry.health,
+                up=False,
+                duration_seconds=duration_seconds,
+                last_attempt=now,
+                failures_total=entry.health.failures_total + 1,
+                consecutive_failures=entry.health.consecutive_failures + 1,
+                last_error=error,
+            )
+            self._entries[name] = SourceEntry(health, entry.data)  # keep the last good data
+
+    def view(self, now: float) -> StoreView:
+        with self._lock:
+            return StoreView(now, MappingProxyType(dict(self._entries)))
