@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,3 +56,21 @@ class Config:
                 continue
             return host if str(rel) == "." else f"{host}/{rel.as_posix()}"
         return path.as_posix()
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def parse_duration(text: str) -> float:
+    """Prometheus duration syntax (``500ms``, ``15s``, ``1m30s``) -> seconds; ValueError otherwise."""
+    value = str(text).strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(value):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(value) or not value or total <= 0:
+        raise ValueError(f"not a positive duration: {text!r} (use e.g. 500ms, 15s, 1m)")
+    return total

@@ -1,0 +1,342 @@
+"""Command line: Prometheus-style dotted flags, an optional YAML file (flags win), five commands.
+
+Bad flags or config give one message listing every problem and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from exporter import __version__
+from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
+from exporter.logging import configure, default_format
+
+EXIT_BAD_CONFIG = 2
+
+log = structlog.get_logger("cli")
+
+
+class ConfigError(Exception):
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+# flag name (without --) -> (Config field, converter). Every one of these may also come from the YAML file.
+def _path(value: Any) -> Path:
+    return Path(str(value))
+
+
+_SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "web.listen-address": ("listen_address", str),
+    "web.config.file": ("web_config_file", _path),
+    "path.rootfs": ("rootfs", _path),
+    "path.sysfs": ("sysfs", _path),
+    "path.devfs": ("devfs", _path),
+    "path.procfs": ("procfs", _path),
+    "kernel-log.path": ("kernel_log_path", _path),
+    "kernel-log.rules": ("kernel_log_rules", _path),
+    "rocm-smi.path": ("rocm_smi_path", str),
+    "amd-smi.path": ("amd_smi_path", str),
+    "smi.backend": ("smi_backend", str),
+    "smi.timeout": ("smi_timeout_seconds", parse_duration),
+    "state.dir": ("state_dir", _path),
+    "processes.top-n": ("top_processes", int),
+    "baseline.auto-accept-boots": ("baseline_auto_accept_boots", int),
+    "log.level": ("log_level", str),
+    "log.format": ("log_format", str),
+}
+_HELP = {
+    "web.listen-address": "address to serve /metrics on [:9862] (serve only)",
+    "web.config.file": "TLS / basic-auth settings, exporter-toolkit web-config YAML",
+    "path.rootfs": "prefix for sysfs, devfs and procfs left at their defaults, and for etc/group [/]",
+    "path.sysfs": "the host's sysfs [/sys]",
+    "path.devfs": "the host's device nodes [/dev]",
+    "path.procfs": "the host's procfs [/proc]",
+    "kernel-log.path": "a kmsg device, or a dmesg/journal text file to follow [/dev/kmsg]",
+    "kernel-log.rules": "YAML classification rules replacing the shipped ones",
+    "rocm-smi.path": "rocm-smi to run [rocm-smi]",
+    "amd-smi.path": "amd-smi to run [amd-smi]",
+    "smi.backend": "auto (amd-smi if it works, else rocm-smi), amd-smi, rocm-smi or both [auto]",
+    "smi.timeout": "kill a tool run after this long [20s]",
+    "state.dir": "where the baseline and the kernel-log cursor persist [/var/lib/rocm-watchdog]",
+    "processes.top-n": "export VRAM of the N largest KFD processes [20]",
+    "baseline.auto-accept-boots": "accept the state as the baseline after N healthy boots, 0 = never [0]",
+    "log.level": "debug, info, warn, error [info]",
+    "log.format": "json, logfmt or console [json unless stderr is a terminal]",
+}
+BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file with any of these flags")
+    for flag, help_text in _HELP.items():
+        p.add_argument(f"--{flag}", dest=flag, default=None, help=help_text)
+    for source in SOURCE_NAMES:
+        p.add_argument(
+            f"--collector.{source}",
+            dest=f"collector.{source}",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"enable the {source} source [enabled]",
+        )
+        p.add_argument(
+            f"--collector.{source}.interval",
+            dest=f"collector.{source}.interval",
+            default=None,
+            metavar="DURATION",
+            help=f"how often {source} runs [{DEFAULT_INTERVALS_SECONDS[source]:g}s]",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rocm-watchdog", description="Prometheus exporter and stability watchdog for AMD ROCm GPU nodes."
+    )
+    parser.add_argument("--version", action="version", version=f"rocm-watchdog {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="scheduled collection and HTTP /metrics")
+    _add_config_flags(serve)
+    once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
+    _add_config_flags(once)
+    once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
+    check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
+    _add_config_flags(check)
+    check.add_argument("--json", action="store_true", help="machine-readable report")
+    parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
+    parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log"))
+    parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin")
+    parse.add_argument("--kernel-log.rules", dest="kernel-log.rules", default=None, help=_HELP["kernel-log.rules"])
+    baseline = sub.add_parser("baseline", help="show the stored baseline, or accept the current state")
+    baseline.add_argument("action", choices=("show", "accept"))
+    _add_config_flags(baseline)
+    return parser
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Flags over the YAML file over defaults; every problem is collected into one ConfigError."""
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    file_name = getattr(args, "config.file", None)
+    if file_name:
+        try:
+            loaded = yaml.safe_load(Path(file_name).read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ValueError("expected a mapping of flag names to values")
+            values.update({str(k).removeprefix("--"): v for k, v in loaded.items()})
+        except (OSError, yaml.YAMLError, ValueError) as exc:
+            problems.append(f"--config.file {file_name}: {exc}")
+    for key, value in vars(args).items():
+        if value is not None and key not in ("command", "config.file"):
+            values[key] = value
+
+    known = set(_SCALAR_FLAGS) | {f"collector.{s}" for s in SOURCE_NAMES} | {f"collector.{s}.interval" for s in SOURCE_NAMES}
+    known |= {"output", "json", "kind", "file", "action"}
+    for key in sorted(set(values) - known):
+        problems.append(f"unknown setting {key!r}")
+
+    fields: dict[str, Any] = {}
+    for flag, (field_name, convert) in _SCALAR_FLAGS.items():
+        if flag in values:
+            try:
+                fields[field_name] = convert(values[flag])
+            except (TypeError, ValueError) as exc:
+                problems.append(f"--{flag}: {exc}")
+    collectors = dict.fromkeys(SOURCE_NAMES, True)
+    intervals = dict(DEFAULT_INTERVALS_SECONDS)
+    for source in SOURCE_NAMES:
+        enabled = values.get(f"collector.{source}")
+        if enabled is not None:
+            if not isinstance(enabled, bool):
+                problems.append(f"--collector.{source}: expected true or false, got {enabled!r}")
+            else:
+                collectors[source] = enabled
+        interval = values.get(f"collector.{source}.interval")
+        if interval is not None:
+            try:
+                intervals[source] = parse_duration(str(interval))
+            except ValueError as exc:
+                problems.append(f"--collector.{source}.interval: {exc}")
+    fields["collectors"] = collectors
+    fields["intervals_seconds"] = intervals
+    if fields.get("smi_backend", "auto") not in BACKENDS:
+        problems.append(f"--smi.backend: expected one of {', '.join(BACKENDS)}, got {fields['smi_backend']!r}")
+    if fields.get("top_processes", 20) < 0:
+        problems.append("--processes.top-n: must be >= 0")
+    if fields.get("log_format", "json") not in ("json", "logfmt", "console"):
+        problems.append(f"--log.format: expected json, logfmt or console, got {fields['log_format']!r}")
+    if str(fields.get("log_level", "info")) not in ("debug", "info", "warn", "warning", "error"):
+        problems.append(f"--log.level: expected debug, info, warn or error, got {fields['log_level']!r}")
+    if "log_format" not in fields:
+        fields["log_format"] = default_format()
+    # --path.rootfs prefixes the three host paths left at their defaults.
+    rootfs = fields.get("rootfs", Path("/"))
+    for field_name, default in (("sysfs", "sys"), ("devfs", "dev"), ("procfs", "proc")):
+        fields.setdefault(field_name, rootfs / default)
+    if problems:
+        raise ConfigError(problems)
+    return replace(Config(), **fields)
+
+
+def _fail_config(problems: Sequence[str]) -> int:
+    print("rocm-watchdog: invalid configuration:", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return EXIT_BAD_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "parse":
+        return cmd_parse(args)
+    try:
+        config = build_config(args)
+    except ConfigError as exc:
+        return _fail_config(exc.problems)
+    configure(config.log_level, config.log_format)
+    if args.command == "serve":
+        return cmd_serve(config)
+    if args.command == "once":
+        return cmd_once(config, args.output)
+    if args.command == "check":
+        from exporter.watchdog.check import run_check
+
+        return run_check(config, as_json=args.json, environ=os.environ)
+    from exporter.watchdog.baseline import baseline_accept, baseline_show
+
+    return baseline_show(config) if args.action == "show" else baseline_accept(config)
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from exporter.model import ParseError
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
+    except OSError as exc:
+        print(f"rocm-watchdog parse: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    try:
+        result: dict[str, Any]
+        if args.kind == "rocm-smi":
+            from exporter.parsers.rocm_smi import parse_rocm_smi
+
+            result = parse_rocm_smi(text).to_json()
+        elif args.kind == "amd-smi":
+            from exporter.parsers.amd_smi import parse_amd_smi
+
+            result = parse_amd_smi(text).to_json()
+        else:
+            from exporter.watchdog.kernel_classify import kernel_log_report
+            from exporter.watchdog.kernel_rules import RulesError, load_rules
+
+            rules_path = getattr(args, "kernel-log.rules")
+            try:
+                rules = load_rules(Path(rules_path) if rules_path else None)
+            except RulesError as exc:
+                print(f"rocm-watchdog parse: {exc}", file=sys.stderr)
+                return EXIT_BAD_CONFIG
+            result = kernel_log_report(text, rules)
+    except ParseError as exc:
+        print(f"rocm-watchdog parse {args.kind}: {exc}", file=sys.stderr)
+        return 1
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def build_runtime(config: Config) -> tuple[Any, Any, Any]:
+    """Store, scheduler and registry wired from the config; nothing runs yet."""
+    from exporter.metrics.collector import make_registry
+    from exporter.scheduler import Scheduler
+    from exporter.sources.registry import build_jobs
+    from exporter.store import SnapshotStore
+
+    store = SnapshotStore()
+    jobs = build_jobs(config, store)
+    return store, Scheduler(store, jobs), make_registry(store, config)
+
+
+def cmd_once(config: Config, output: Path | None) -> int:
+    from prometheus_client import generate_latest
+
+    _store, scheduler, registry = build_runtime(config)
+    try:
+        scheduler.run_all_once()
+    finally:
+        scheduler.shutdown()
+    text = generate_latest(registry)
+    if output is None:
+        sys.stdout.buffer.write(text)
+        return 0
+    write_atomic(output, text)
+    return 0
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory: readers see old or new, whole."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def cmd_serve(config: Config) -> int:
+    from exporter.http import make_app, serve
+    from exporter.webconfig import WebConfigError, WebConfig, load_web_config
+
+    try:
+        web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
+    except WebConfigError as exc:
+        return _fail_config([str(exc)])
+    store, scheduler, registry = build_runtime(config)
+    stop = threading.Event()
+
+    def healthy() -> tuple[bool, str]:
+        return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
+
+    try:
+        server = serve(config.listen_address, make_app(registry, web, healthy), web)
+    except (OSError, ValueError) as exc:
+        return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"])
+    scheduler.start()
+    log.info("serving", address=config.listen_address, port=server.server_port, tls=web.ssl_context is not None)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
+    scheduler.shutdown()
+    server.shutdown()
+    time.sleep(0)
+    return 0

@@ -1,0 +1,102 @@
+"""The one Collector: maps the latest snapshots to metric families on every scrape. No I/O, no parsing.
+
+Registered on a private CollectorRegistry, so nothing collects at registration and no default process
+metrics of the Python runtime mix with ours.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from exporter.config import Config
+from exporter.inventory import GpuView, merge_gpus, merge_links
+from exporter.metrics.devices import device_families
+from exporter.metrics.gpu import gpu_families, process_families
+from exporter.metrics.health import health_families
+from exporter.metrics.kernel import kernel_families
+from exporter.model.gpu import SysfsSnapshot
+from exporter.model.processes import ProcessInfo, ProcessSnapshot
+from exporter.model.smi import SmiReport
+from exporter.sources.devices import DeviceWatchState
+from exporter.sources.kernel_log import KernelLogState
+from exporter.store import SnapshotStore, StoreView
+
+# Tools in order of precedence when both have data for a GPU.
+SMI_SOURCES = ("amd-smi", "rocm-smi")
+
+
+def smi_reports(view: StoreView) -> list[SmiReport]:
+    return [r for name in SMI_SOURCES if isinstance(r := view.fresh_data(name), SmiReport)]
+
+
+def gpu_inventory(view: StoreView) -> tuple[GpuView, ...] | None:
+    """The merged GPUs, or None when no GPU source has fresh data (then no GPU series are exported)."""
+    sysfs = view.fresh_data("sysfs")
+    reports = smi_reports(view)
+    if not isinstance(sysfs, SysfsSnapshot) and not reports:
+        return None
+    return merge_gpus(sysfs if isinstance(sysfs, SysfsSnapshot) else None, reports)
+
+
+def known_gpus(view: StoreView) -> list[str]:
+    """Every GPU any identity source has seen, fresh or not: kernel-log counters start at zero for each."""
+    seen: set[str] = set()
+    for entry in view.entries.values():
+        if isinstance(entry.data, SysfsSnapshot):
+            seen.update(g.pci_bus for g in entry.data.gpus)
+        elif isinstance(entry.data, SmiReport):
+            seen.update(g.pci_bus for g in entry.data.gpus if g.pci_bus)
+    return sorted(seen)
+
+
+def _processes(view: StoreView) -> list[ProcessInfo] | None:
+    enriched = view.fresh_data("processes")
+    if isinstance(enriched, ProcessSnapshot):
+        return list(enriched.processes)
+    reports = smi_reports(view)
+    if not reports:
+        return None
+    # Without the processes source, fall back to the tool's own list (no enrichment), one per PID.
+    merged: dict[int, ProcessInfo] = {}
+    for report in reports:
+        for p in report.processes:
+            if p.pid in merged:
+                continue
+            vram = [q.vram_used_bytes for q in report.processes if q.pid == p.pid and q.vram_used_bytes is not None]
+            merged[p.pid] = ProcessInfo(pid=p.pid, name=p.name, vram_used_bytes=sum(vram) if vram else None)
+    return [merged[pid] for pid in sorted(merged)]
+
+
+class RocmCollector(Collector):
+    def __init__(self, store: SnapshotStore, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._store.view(self._clock())
+        gpus = gpu_inventory(view)
+        if gpus is not None:
+            yield from gpu_families(gpus, merge_links(smi_reports(view)))
+        processes = _processes(view)
+        if processes is not None:
+            yield from process_families(processes, self._config.top_processes)
+        devices = view.fresh_data("devices")
+        yield from device_families(devices if isinstance(devices, DeviceWatchState) else None)
+        # Kernel-log counters are cumulative counts of what was read: they stay exported when the reader
+        # fails (its health series say so), so increase() keeps working across a reader outage.
+        entry = view.entries.get("kernel-log")
+        kernel = entry.data if entry is not None and isinstance(entry.data, KernelLogState) else None
+        if entry is not None:
+            yield from kernel_families(kernel, known_gpus(view))
+        yield from health_families(view)
+
+
+def make_registry(store: SnapshotStore, config: Config, clock: Callable[[], float] = time.time) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RocmCollector(store, config, clock))
+    return registry

@@ -1,0 +1,35 @@
+"""The exporter's own health: per-source up, duration, last success, failures, staleness; build info."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from exporter import __version__
+from exporter.metrics import names
+from exporter.metrics.families import new_family
+from exporter.store import StoreView
+
+
+def health_families(view: StoreView) -> Iterator[Metric]:
+    up = new_family(names.SOURCE_UP)
+    duration = new_family(names.SOURCE_DURATION)
+    last_success = new_family(names.SOURCE_LAST_SUCCESS)
+    failures = new_family(names.SOURCE_FAILURES)
+    stale = new_family(names.SOURCE_STALE)
+    for name in sorted(view.entries):
+        health = view.entries[name].health
+        failures.add_metric([name], health.failures_total)  # from zero, so increase() works at once
+        if health.up is None:
+            continue  # registered but never run yet (or the smi tool auto-selection did not pick it)
+        up.add_metric([name], 1 if health.up else 0)
+        if health.duration_seconds is not None:
+            duration.add_metric([name], health.duration_seconds)
+        if health.last_success is not None:
+            last_success.add_metric([name], health.last_success)
+        stale.add_metric([name], 0 if health.fresh(view.now) else 1)
+    yield from (up, duration, last_success, failures, stale)
+    build = new_family(names.BUILD_INFO)
+    build.add_metric([__version__], 1)
+    yield build

@@ -1,0 +1,59 @@
+"""Which sources run, built from the config. The one place that knows the list of sources."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from exporter.config import Config
+from exporter.model.smi import SmiProcess, SmiReport
+from exporter.scheduler import Scheduled
+from exporter.store import SnapshotStore
+
+
+def _smi_jobs(config: Config) -> Iterator[Scheduled]:
+    from exporter.sources.smi import AmdSmiSource, AutoSmiSource, RocmSmiSource
+
+    amd, rocm = config.enabled("amd-smi"), config.enabled("rocm-smi")
+    timeout = config.smi_timeout_seconds
+    # amd-smi runs four subcommands one after the other, each with the timeout.
+    amd_timeout = 4 * timeout
+    backend = config.smi_backend
+    if backend == "auto" and amd and rocm:
+        interval = max(config.intervals_seconds["amd-smi"], config.intervals_seconds["rocm-smi"])
+        yield Scheduled(AutoSmiSource(config), interval, amd_timeout + timeout, names=AutoSmiSource.names)
+        return
+    if amd and backend in ("auto", "amd-smi", "both"):
+        yield Scheduled(AmdSmiSource(config), config.intervals_seconds["amd-smi"], amd_timeout)
+    if rocm and backend in ("auto", "rocm-smi", "both"):
+        yield Scheduled(RocmSmiSource(config), config.intervals_seconds["rocm-smi"], timeout)
+
+
+def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
+    jobs = list(_smi_jobs(config))
+    interval = config.intervals_seconds
+    if config.enabled("sysfs"):
+        from exporter.sources.sysfs import SysfsSource
+
+        jobs.append(Scheduled(SysfsSource(config), interval["sysfs"]))
+    if config.enabled("devices"):
+        from exporter.sources.devices import DevicesSource
+
+        jobs.append(Scheduled(DevicesSource(config), interval["devices"]))
+    if config.enabled("processes"):
+        from exporter.sources.processes import ProcessesSource
+
+        def smi_processes() -> list[SmiProcess]:
+            view = store.view(time.time())
+            return [p for name in ("amd-smi", "rocm-smi") if isinstance(r := view.fresh_data(name), SmiReport)
+                    for p in r.processes]
+
+        jobs.append(Scheduled(ProcessesSource(config, smi_processes), interval["processes"]))
+    if config.enabled("kernel-log"):
+        from exporter.metrics.collector import known_gpus
+        from exporter.sources.kernel_log import KernelLogSource
+
+        jobs.append(
+            Scheduled(KernelLogSource(config, lambda: known_gpus(store.view(time.time()))), interval["kernel-log"])
+        )
+    return jobs

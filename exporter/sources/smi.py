@@ -1,0 +1,196 @@
+"""rocm-smi and amd-smi sources: run the tool through the runner, hand the output to the pure parser.
+
+Choice of tool (``--smi.backend``, default ``auto``): amd-smi when it is installed and answers, else
+rocm-smi. amd-smi is AMD's supported tool (rocm-smi is in maintenance since ROCm 7.0) and reports which
+GPU each process uses; rocm-smi is what older nodes have. ``rocm-smi`` or ``amd-smi`` forces one, ``both``
+runs both (their data are merged by PCI address). In ``auto`` the choice is made on the first run, in the
+scheduler's thread (never at start-up and never in a scrape), and made again if the chosen tool disappears.
+
+Both tools can exit 0 with nothing useful (rocm-smi forces exit code 0 since ROCm 5.3), so success is judged
+from the parsed output: a run that yields no GPU is a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from exporter.config import Config
+from exporter.model import ParseError
+from exporter.model.smi import SmiReport
+from exporter.parsers.amd_smi import merge_amd_smi_reports, parse_amd_smi, parse_amd_smi_help
+from exporter.parsers.rocm_smi import completeness, parse_rocm_smi, supports_json
+from exporter.sources import SourceError
+from exporter.sources.runner import CommandResult, run
+
+log = structlog.get_logger("smi")
+
+Runner = Callable[[Sequence[str], float], CommandResult]
+
+ROCM_SMI_QUERY = (
+    "--showmeminfo",
+    "vram",
+    "--showpids",
+    "--showbus",
+    "--showtopo",
+    "--showproductname",
+    "--showuniqueid",
+)
+
+
+def _default_runner(argv: Sequence[str], timeout: float) -> CommandResult:
+    return run(argv, timeout)
+
+
+def _check_ran(result: CommandResult, tool: str) -> None:
+    """Turn a run that produced nothing usable into a SourceError with a clear message."""
+    if result.error is not None:
+        raise SourceError(f"{tool} could not be started: {result.error}")
+    if result.timed_out:
+        raise SourceError(f"{tool} timed out after {result.duration_seconds:.1f}s and was killed")
+    if result.truncated:
+        raise SourceError(f"{tool} printed more than the output cap; output discarded")
+
+
+def _describe_failure(result: CommandResult, tool: str, detail: str) -> str:
+    stderr = result.stderr.strip().splitlines()
+    tail = f"; stderr: {stderr[-1][:200]}" if stderr else ""
+    return f"{tool} {' '.join(result.argv[1:])}: {detail} (exit {result.returncode}){tail}"
+
+
+class RocmSmiSource:
+    name = "rocm-smi"
+
+    def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
+        self._path = config.rocm_smi_path
+        self._timeout = config.smi_timeout_seconds
+        self._run = runner
+        self._json: bool | None = None  # probed once, on the first run
+
+    def _probe(self) -> bool:
+        result = self._run((self._path, "--help"), self._timeout)
+        _check_ran(result, "rocm-smi")
+        use_json = supports_json(result.stdout + result.stderr)
+        log.info("tool_probed", source=self.name, json=use_json)
+        return use_json
+
+    def collect(self) -> SmiReport:
+        if self._json is None:
+            self._json = self._probe()
+        argv = (self._path, *ROCM_SMI_QUERY, *(("--json",) if self._json else ()))
+        result = self._run(argv, self._timeout)
+        _check_ran(result, "rocm-smi")
+        try:
+            report = parse_rocm_smi(result.stdout)
+        except ParseError as exc:
+            raise SourceError(_describe_failure(result, "rocm-smi", f"unparsable output: {exc}")) from None
+        missing = completeness(report)
+        if not report.gpus:
+            raise SourceError(_describe_failure(result, "rocm-smi", "no GPU in the output"))
+        if missing:
+            log.debug("partial_output", source=self.name, missing=missing)
+        # rocm-smi logs its WARNING/ERROR lines to stderr: keep them with the report.
+        extra = tuple(line.strip() for line in result.stderr.splitlines() if line.strip())
+        if extra:
+            report = SmiReport(
+                report.tool, report.format, report.gpus, report.processes, report.links, report.warnings + extra
+            )
+        return report
+
+    def close(self) -> None:
+        return None
+
+
+# amd-smi subcommands, in the order they run; each is optional but "list" (the GPU inventory).
+AMD_SMI_QUERIES: tuple[tuple[str, ...], ...] = (
+    ("list",),
+    ("metric", "--mem-usage"),
+    ("process",),
+    ("topology",),
+)
+
+
+class AmdSmiSource:
+    name = "amd-smi"
+
+    def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
+        self._path = config.amd_smi_path
+        self._timeout = config.smi_timeout_seconds
+        self._run = runner
+        self._queries: tuple[tuple[str, ...], ...] | None = None  # probed once, on the first run
+
+    def _probe(self) -> tuple[tuple[str, ...], ...]:
+        result = self._run((self._path, "--help"), self._timeout)
+        _check_ran(result, "amd-smi")
+        supported = parse_amd_smi_help(result.stdout + result.stderr)
+        queries = tuple(q for q in AMD_SMI_QUERIES if q[0] in supported)
+        if not queries or queries[0] != ("list",):
+            raise SourceError(_describe_failure(result, "amd-smi", "help lists no usable subcommand"))
+        log.info("tool_probed", source=self.name, subcommands=[q[0] for q in queries])
+        return queries
+
+    def collect(self) -> SmiReport:
+        if self._queries is None:
+            self._queries = self._probe()
+        reports: list[SmiReport] = []
+        problems: list[str] = []
+        for query in self._queries:
+            result = self._run((self._path, *query, "--json"), self._timeout)
+            _check_ran(result, "amd-smi")
+            try:
+                reports.append(parse_amd_smi(result.stdout))
+            except ParseError as exc:
+                problems.append(_describe_failure(result, "amd-smi", f"unparsable output: {exc}"))
+        if not reports:
+            raise SourceError("; ".join(problems))
+        report = merge_amd_smi_reports(reports)
+        if not report.gpus:
+            raise SourceError("amd-smi: no GPU in the output" + (f" ({'; '.join(problems)})" if problems else ""))
+        if problems:
+            report = SmiReport(
+                report.tool, report.format, report.gpus, report.processes, report.links, report.warnings + tuple(problems)
+            )
+        return report
+
+    def close(self) -> None:
+        return None
+
+
+class AutoSmiSource:
+    """amd-smi when it is installed and works, else rocm-smi; its ``name`` is the tool in use."""
+
+    def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
+        self._candidates = (AmdSmiSource(config, runner), RocmSmiSource(config, runner))
+        self._chosen: AmdSmiSource | RocmSmiSource | None = None
+
+    names = (AmdSmiSource.name, RocmSmiSource.name)
+
+    @property
+    def name(self) -> str:
+        # Before a tool is chosen (or when none works) failures count against amd-smi, the preferred tool.
+        return self._chosen.name if self._chosen is not None else AmdSmiSource.name
+
+    def collect(self) -> SmiReport:
+        if self._chosen is not None:
+            try:
+                return self._chosen.collect()
+            except SourceError as exc:
+                if "could not be started" not in str(exc):
+                    raise
+                log.warning("tool_disappeared", source=self._chosen.name, error=str(exc))
+                self._chosen = None
+        errors = []
+        for candidate in self._candidates:
+            try:
+                report = candidate.collect()
+            except SourceError as exc:
+                errors.append(f"{candidate.name}: {exc}")
+                continue
+            self._chosen = candidate
+            log.info("tool_selected", source=candidate.name)
+            return report
+        raise SourceError("no working GPU tool: " + " | ".join(errors))
+
+    def close(self) -> None:
+        return None
