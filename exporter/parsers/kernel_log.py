@@ -1,0 +1,357 @@
+"""Kernel-log record formats: ``/dev/kmsg``, dmesg (plain, -T, -r, -x, --json) and journald (short, short-precise,
+syslog, RFC 3339, -o json). Pure: text in, ``KernelRecord``s out.
+
+Formats are auto-detected from the first line any of them can read, then every line is tried with that format
+first and the others after (a concatenated capture may mix them). A line no format can read becomes a warning;
+an input in which no line is readable at all raises ``ParseError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from exporter.model import ParseError
+from exporter.model.kernel import KernelRecord
+from exporter.parsers.common import normalize_bdf
+
+FORMATS = ("kmsg", "dmesg", "journal-short", "journal-rfc3339", "journal-json", "dmesg-json")
+
+# /dev/kmsg: "PRI,SEQ,TS_USEC,FLAGS[,...];message" then " KEY=value" dictionary lines.
+_KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<ts>\d+),(?P<flags>[^,;]*)(?:,[^;]*)?;(?P<msg>.*)$")
+_KMSG_DICT = re.compile(r"^ (?P<key>[A-Z_][A-Z0-9_]*)=(?P<val>.*)$")
+
+# dmesg: optional raw "<N>" or decoded "kern  :err   : ", then "[ mono]" or "[wall]", optional caller "[  T609]".
+_DMESG = re.compile(
+    r"^(?:<(?P<pri>\d+)>|(?P<fac>[a-z]+[0-7]?)\s*:(?P<lvl>[a-z]+)\s*: )?"
+    r"(?:\[\s*(?P<mono>\d+\.\d+)\]|\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\])?"
+    r"(?: ?\[\s*[TC]\d+\])? ?(?P<msg>.*)$"
+)
+_KERNEL_TS = r"(?:\[\s*(?P<mono>\d+\.\d+)\] ?)?"
+_IDENT = r"(?P<ident>[^\s:\[\]]+)(?:\[\d+\])?: "
+_JOURNAL_RFC3339 = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) " + _IDENT + _KERNEL_TS
+)
+_JOURNAL_SHORT = re.compile(
+    r"^(?P<ts>[^\W\d_]{3}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:(?P<host>\S+) )??" + _IDENT + _KERNEL_TS
+)
+_JOURNAL_META = re.compile(r"^-- (?:Boot [0-9a-f]+|Reboot|Logs begin at|Journal begins at|No entries|Logs end).*--?$")
+
+FACILITY_NAMES = (
+    *("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"),
+    *("res0", "res1", "res2", "res3", *(f"local{n}" for n in range(8))),
+)
+LEVEL_NAMES = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+
+# The device prefix dev_printk puts in the text: "<driver> <bdf>: [amdgpu: ]message".
+DEVICE_PREFIX = re.compile(
+    r"^(?P<drv>[\w.-]+) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?P<rest>.*)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogParse:
+    format: str | None
+    records: tuple[KernelRecord, ...]
+    warnings: tuple[str, ...]
+
+
+def _pci_device(value: str | None) -> str | None:
+    """kmsg ``DEVICE=+pci:0000:03:00.0`` / journald ``_KERNEL_DEVICE`` -> BDF; None for other subsystems."""
+    if value is None or not value.startswith("+pci:"):
+        return None
+    return normalize_bdf(value[5:])
+
+
+def _kmsg_record(m: re.Match[str], lineno: int) -> KernelRecord:
+    pri = int(m["pri"])
+    return KernelRecord(
+        line=lineno,
+        text=m["msg"],
+        facility=pri >> 3,
+        level=pri & 7,
+        seq=int(m["seq"]),
+        monotonic_seconds=int(m["ts"]) / 1_000_000,
+    )
+
+
+def parse_kmsg_record(data: str, lineno: int = 1) -> KernelRecord:
+    """One record as one ``read()`` of ``/dev/kmsg`` returns it (header line plus dictionary lines)."""
+    lines = data.rstrip("\n").split("\n")
+    m = _KMSG.match(lines[0])
+    if m is None:
+        raise ParseError(f"not a /dev/kmsg record: {lines[0][:80]!r}", lineno)
+    record = _kmsg_record(m, lineno)
+    pairs = []
+    for extra in lines[1:]:
+        d = _KMSG_DICT.match(extra)
+        if d is None:
+            raise ParseError(f"not a /dev/kmsg dictionary line: {extra[:80]!r}", lineno)
+        pairs.append((d["key"], d["val"]))
+    return _with_dictionary(record, pairs)
+
+
+def _with_dictionary(record: KernelRecord, pairs: Sequence[tuple[str, str]]) -> KernelRecord:
+    if not pairs:
+        return record
+    device = next((_pci_device(v) for k, v in pairs if k == "DEVICE"), None)
+    return replace(record, dictionary=tuple(pairs), device=device)
+
+
+def _dmesg_record(m: re.Match[str], lineno: int) -> KernelRecord | None:
+    if m["pri"] is None and m["fac"] is None and m["mono"] is None and m["wall"] is None:
+        return None
+    facility = level = None
+    if m["pri"] is not None:
+        pri = int(m["pri"])
+        facility, level = pri >> 3, pri & 7
+    elif m["fac"] is not None:
+        if m["fac"] not in FACILITY_NAMES or m["lvl"] not in LEVEL_NAMES:
+            return None
+        facility, level = FACILITY_NAMES.index(m["fac"]), LEVEL_NAMES.index(m["lvl"])
+    mono = float(m["mono"]) if m["mono"] is not None else None
+    return KernelRecord(line=lineno, text=m["msg"], facility=facility, level=level, monotonic_seconds=mono)
+
+
+def _rfc3339_seconds(ts: str) -> float | None:
+    text = ts.replace(",", ".").replace("Z", "+00:00")
+    if re.search(r"[+-]\d\d\d\d$", text):
+        text = text[:-2] + ":" + text[-2:]
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _journal_text_record(m: re.Match[str], lineno: int, rfc3339: bool) -> KernelRecord:
+    mono = float(m["mono"]) if m["mono"] is not None else None
+    wall = _rfc3339_seconds(m["ts"]) if rfc3339 else None
+    return KernelRecord(
+        line=lineno,
+        text=m.string[m.end() :],
+        monotonic_seconds=mono,
+        wall_time=wall,
+        identifier=m["ident"],
+    )
+
+
+def _journal_json_record(obj: dict[str, object], lineno: int) -> KernelRecord | None:
+    message = obj.get("MESSAGE")
+    if isinstance(message, list):  # journald gives non-UTF-8 messages as an array of bytes
+        try:
+            message = bytes(int(b) for b in message).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(message, str):
+        return None
+
+    def num(key: str) -> int | None:
+        value = obj.get(key)
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    transport = obj.get("_TRANSPORT")
+    facility = num("SYSLOG_FACILITY")
+    if transport is not None and transport != "kernel":
+        facility = 1 if facility is None or facility == 0 else facility  # not from the kernel whatever it claims
+    mono_us = num("_SOURCE_MONOTONIC_TIMESTAMP")
+    real_us = num("__REALTIME_TIMESTAMP")
+    kernel_device = obj.get("_KERNEL_DEVICE")
+    pairs = tuple((k, str(obj[k])) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if isinstance(obj.get(k), str))
+    ident = obj.get("SYSLOG_IDENTIFIER")
+    boot = obj.get("_BOOT_ID")
+    return KernelRecord(
+        line=lineno,
+        text=message.rstrip("\n"),
+        facility=facility,
+        level=num("PRIORITY"),
+        monotonic_seconds=mono_us / 1_000_000 if mono_us is not None else None,
+        wall_time=real_us / 1_000_000 if real_us is not None else None,
+        device=_pci_device(kernel_device if isinstance(kernel_device, str) else None),
+        dictionary=pairs,
+        identifier=ident if isinstance(ident, str) else None,
+        boot_id=boot if isinstance(boot, str) else None,
+    )
+
+
+def _try_format(fmt: str, line: str, lineno: int) -> KernelRecord | None:
+    if fmt == "kmsg":
+        m = _KMSG.match(line)
+        return _kmsg_record(m, lineno) if m else None
+    if fmt == "journal-rfc3339":
+        m = _JOURNAL_RFC3339.match(line)
+        return _journal_text_record(m, lineno, True) if m else None
+    if fmt == "journal-short":
+        m = _JOURNAL_SHORT.match(line)
+        return _journal_text_record(m, lineno, False) if m else None
+    if fmt == "journal-json":
+        if not line.startswith("{"):
+            return None
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+        return _journal_json_record(obj, lineno) if isinstance(obj, dict) and "MESSAGE" in obj else None
+    if fmt == "dmesg":
+        m = _DMESG.match(line)
+        return _dmesg_record(m, lineno) if m else None
+    return None
+
+
+# Most specific first: a kmsg header or a journal header would also pass the loose dmesg pattern's "no header".
+_DETECT_ORDER = ("kmsg", "journal-json", "journal-rfc3339", "journal-short", "dmesg")
+
+
+class KernelLogLineParser:
+    """Incremental line parser (the followed-file and FIFO readers feed it; ``parse_kernel_log_records`` too).
+
+    ``feed`` returns the records completed by the line; a kmsg record is held until the next header line or
+    ``flush`` because dictionary lines follow it. Indented lines without a header continue the previous
+    record (dmesg prints the lines of a multi-line record that way) and become records with its metadata.
+    """
+
+    def __init__(self, fmt: str | None = None) -> None:
+        self.format = fmt
+        self.warnings: list[str] = []
+        self.lines_unparsed = 0
+        self._held: KernelRecord | None = None
+        self._held_dict: list[tuple[str, str]] = []
+        self._last: KernelRecord | None = None
+
+    def _warn(self, lineno: int, message: str) -> None:
+        self.lines_unparsed += 1
+        if len(self.warnings) < 1000:
+            self.warnings.append(f"line {lineno}: {message}")
+
+    def feed(self, line: str, lineno: int) -> list[KernelRecord]:
+        line = line.rstrip("\r\n")
+        if self._held is not None:
+            d = _KMSG_DICT.match(line)
+            if d is not None:
+                self._held_dict.append((d["key"], d["val"]))
+                return []
+        out = self.flush()
+        if not line.strip() or _JOURNAL_META.match(line):
+            return out
+        order = (self.format, *_DETECT_ORDER) if self.format else _DETECT_ORDER
+        for fmt in order:
+            if fmt is None:
+                continue
+            record = _try_format(fmt, line, lineno)
+            if record is None:
+                continue
+            if self.format is None:
+                self.format = fmt
+            if fmt == "kmsg":
+                self._held, self._held_dict = record, []
+            else:
+                out.append(record)
+                self._last = record
+            return out
+        if line[:1] in (" ", "\t") and self._last is not None:
+            out.append(replace(self._last, line=lineno, text=line.strip()))
+            return out
+        self._warn(lineno, f"not a kernel-log line: {line[:120]!r}")
+        return out
+
+    def flush(self) -> list[KernelRecord]:
+        if self._held is None:
+            return []
+        record = _with_dictionary(self._held, self._held_dict)
+        self._held, self._held_dict = None, []
+        self._last = record
+        return [record]
+
+
+def _dmesg_json_records(doc: dict[str, object], text: str) -> Iterator[KernelRecord]:
+    entries = doc.get("dmesg")
+    if not isinstance(entries, list):
+        raise ParseError("dmesg JSON without a 'dmesg' array", 1)
+    # dmesg --json prints one key per line: the n-th "msg" key sits on the n-th record's line.
+    msg_lines = [i for i, line in enumerate(text.splitlines(), 1) if re.search(r'(?<!\\)"msg"\s*:', line)]
+    for n, entry in enumerate(entries):
+        lineno = msg_lines[n] if len(msg_lines) == len(entries) else 1
+        if not isinstance(entry, dict) or not isinstance(entry.get("msg"), str):
+            raise ParseError(f"dmesg JSON record {n} has no 'msg'", lineno)
+        facility = level = None
+        pri, fac = entry.get("pri"), entry.get("fac")
+        if isinstance(pri, int):  # raw: facility * 8 + level
+            facility, level = pri >> 3, pri & 7
+        elif isinstance(pri, str) and pri in LEVEL_NAMES:  # -x: decoded names
+            level = LEVEL_NAMES.index(pri)
+            if isinstance(fac, str) and fac in FACILITY_NAMES:
+                facility = FACILITY_NAMES.index(fac)
+        mono = entry.get("time")
+        yield KernelRecord(
+            line=lineno,
+            text=str(entry["msg"]),
+            facility=facility,
+            level=level,
+            monotonic_seconds=float(mono) if isinstance(mono, (int, float)) else None,
+        )
+
+
+def parse_kernel_log_records(text: str) -> KernelLogParse:
+    """Every record of a captured kernel log, any supported format. Raises ParseError when nothing is readable."""
+    stripped = text.lstrip()
+    if stripped.startswith("{") and '"dmesg"' in stripped[:200]:
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ParseError(f"dmesg JSON does not parse: {exc}", getattr(exc, "lineno", None)) from exc
+        if isinstance(doc, dict) and "dmesg" in doc:
+            return KernelLogParse("dmesg-json", tuple(_dmesg_json_records(doc, text)), ())
+    parser = KernelLogLineParser()
+    records: list[KernelRecord] = []
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
+        records.extend(parser.feed(line, lineno))
+    records.extend(parser.flush())
+    if not records and parser.lines_unparsed:
+        raise ParseError("not a kernel log in any known format (kmsg, dmesg, journal)", 1)
+    return KernelLogParse(parser.format, tuple(records), tuple(parser.warnings))
+
+
+def iter_kmsg_records(chunks: Iterable[str]) -> Iterator[KernelRecord]:
+    """Records of successive ``/dev/kmsg`` reads (one record per read); ``line`` is the read's ordinal."""
+    for n, chunk in enumerate(chunks, 1):
+        yield parse_kmsg_record(chunk, n)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageParts:
+    """A message split into the device prefix and the text the class rules match."""
+
+    driver: str | None  # "amdgpu", "pcieport", ... when the line carries a dev_printk prefix
+    bdf: str | None
+    body: str  # prefix, "amdgpu: ", DRM tag, "[powerplay] " stripped
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+_TAGS = re.compile(
+    r"^(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?|\[drm ERROR :[\w.]+\] "
+    r"|\[powerplay\] |\{\d+\})"
+)
+
+
+def split_message(text: str) -> MessageParts:
+    """Strip the dev_printk prefix, the ``amdgpu:`` dev_fmt, a DRM tag and a RAS ``{event id}``."""
+    driver = bdf = None
+    body = text
+    m = DEVICE_PREFIX.match(body)
+    if m is not None:
+        driver, bdf, body = m["drv"], normalize_bdf(m["bdf"]), m["rest"]
+    tags = []
+    for _ in range(4):  # "amdgpu: [drm] *ERROR* ..." stacks at most a few tags
+        t = _TAGS.match(body)
+        if t is None or not t.group(0):
+            break
+        tags.append(t.group(0).strip())
+        body = body[t.end() :]
+    if driver is None and tags and tags[0].startswith("amdgpu:"):
+        driver = "amdgpu"
+    return MessageParts(driver, bdf, body, tuple(tags))

@@ -1,0 +1,297 @@
+"""Pure kernel-log classifier: records -> events, attributed to a GPU (by BDF) or ``unknown``.
+
+Attribution, in order: the record's structured device (kmsg ``DEVICE=+pci:...``, journald ``_KERNEL_DEVICE``),
+then the BDF of the dev_printk prefix in the text, then the single-GPU rule (exactly one GPU known), else
+``unknown``. A rule with a ``lookahead`` (the old-format ring timeout, which names no device before Linux
+6.12) instead waits up to ``seconds`` for the next event of the lookahead class (``GPU reset begin!``) and takes
+its device. ``pcie_aer`` lines count only when the AER source is a known GPU or a port directly above one.
+
+Multi-line events count once on their anchor. Detail lines stay with the last anchor of the same device and
+never count; a detail line with no open event (the log window began in the middle of an event) is dropped
+and counted in ``orphan_details``: counting it as an anchor would count a fault whose header we never saw
+and, after a restart inside an event, count it twice. Traps never count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from exporter.model.kernel import UNKNOWN_DEVICE, KernelEvent, KernelRecord
+from exporter.parsers.common import normalize_bdf
+from exporter.parsers.kernel_log import MessageParts, parse_kernel_log_records, split_message
+from exporter.watchdog.kernel_rules import KernelRule, KernelRules, default_rules
+
+MatchKind = Literal["anchor", "followup", "detail", "trap", "none"]
+RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no timestamps
+
+
+@dataclass(frozen=True, slots=True)
+class LineMatch:
+    kind: MatchKind
+    parts: MessageParts
+    rule: KernelRule | None = None  # the anchor / followup rule
+    detail_classes: tuple[str, ...] = ()  # classes whose detail patterns match
+    count: int = 1
+    source_bdf: str | None = None  # AER source
+
+
+def match_message(rules: KernelRules, text: str) -> LineMatch:
+    """Which rule a message matches, ignoring attribution (the table tests use this directly)."""
+    parts = split_message(text)
+    body = parts.body
+    for trap in rules.traps:
+        if trap.search(body):
+            return LineMatch("trap", parts)
+
+    def driver_ok(rule: KernelRule) -> bool:
+        return parts.bdf is None or parts.driver in rule.drivers
+
+    for rule in rules.rules:
+        if not driver_ok(rule):
+            continue
+        for pattern in rule.anchors:
+            m = pattern.search(body)
+            if m is None:
+                continue
+            count = 1
+            if rule.count_group is not None:
+                count = int(m[rule.count_group])
+            source = normalize_bdf(m["source"]) if "source" in pattern.groupindex and m["source"] else None
+            return LineMatch("anchor", parts, rule, count=count, source_bdf=source)
+    for rule in rules.rules:
+        if driver_ok(rule) and any(p.search(body) for p in rule.followups):
+            return LineMatch("followup", parts, rule)
+    details = tuple(r.event_class for r in rules.rules if driver_ok(r) and any(p.search(body) for p in r.details))
+    if details:
+        return LineMatch("detail", parts, detail_classes=details)
+    return LineMatch("none", parts)
+
+
+@dataclass(slots=True)
+class _Pending:
+    event: KernelEvent  # pci_bus is UNKNOWN_DEVICE until resolved
+    rule: KernelRule
+    index: int  # record index when it was seen
+    ticks: int = 0
+
+
+@dataclass(slots=True)
+class _Anchor:
+    event_class: str
+    monotonic: float | None
+    index: int
+
+
+class KernelClassifier:
+    """Stateful (pending lookaheads, open multi-line events) but pure: no I/O, no clock."""
+
+    MAX_PENDING_TICKS = 3  # expire() calls a lookahead survives when the clock cannot decide
+
+    def __init__(
+        self,
+        rules: KernelRules | None = None,
+        known_gpus: Iterable[str] = (),
+        aer_ports: Mapping[str, str] | None = None,
+    ) -> None:
+        self.rules = rules if rules is not None else default_rules()
+        self._known: frozenset[str] = frozenset()
+        self._aer_ports: Mapping[str, str] = {}
+        self.set_topology(known_gpus, aer_ports or {})
+        self._seen_gpus: set[str] = set()
+        self._index = 0
+        self._pending: list[_Pending] = []
+        self._last_anchor: dict[str, _Anchor] = {}
+        self._last_of_class: dict[tuple[str, str], _Anchor] = {}
+        self.orphan_details = 0
+        self.traps = 0
+        self.aer_not_gpu = 0
+
+    def set_topology(self, known_gpus: Iterable[str], aer_ports: Mapping[str, str]) -> None:
+        """The GPUs the identity sources know, and ``port BDF -> GPU BDF`` for the ports directly above them."""
+        self._known = frozenset(b for b in (normalize_bdf(g) for g in known_gpus) if b)
+        self._aer_ports = {
+            p: g for p, g in ((normalize_bdf(k), normalize_bdf(v)) for k, v in aer_ports.items()) if p and g
+        }
+
+    def _gpus(self) -> Collection[str]:
+        return self._known or self._seen_gpus
+
+    def _device(self, record: KernelRecord, parts: MessageParts) -> str | None:
+        if record.device is not None:
+            return record.device
+        if parts.bdf is not None:
+            return parts.bdf
+        gpus = self._gpus()
+        if len(gpus) == 1:
+            return next(iter(gpus))
+        return None
+
+    def _within(self, then: _Anchor, record: KernelRecord, seconds: float) -> bool:
+        if then.monotonic is not None and record.monotonic_seconds is not None:
+            return 0 <= record.monotonic_seconds - then.monotonic <= seconds
+        return self._index - then.index <= RECORD_WINDOW
+
+    def _event(self, record: KernelRecord, match: LineMatch, rule: KernelRule, device: str) -> KernelEvent:
+        return KernelEvent(
+            line=record.line,
+            event_class=rule.event_class,
+            pci_bus=device,
+            severity=rule.severity,
+            message=match.parts.body.strip(),
+            monotonic_seconds=record.monotonic_seconds,
+            count=match.count,
+            seq=record.seq,
+            wall_time=record.wall_time,
+        )
+
+    def _remember(self, key: str, event_class: str, record: KernelRecord) -> None:
+        anchor = _Anchor(event_class, record.monotonic_seconds, self._index)
+        self._last_anchor[key] = anchor
+        self._last_anchor[""] = anchor
+        self._last_of_class[(event_class, key)] = anchor
+        self._last_of_class[(event_class, "")] = anchor
+
+    def _expire_by_record(self, record: KernelRecord) -> list[KernelEvent]:
+        expired: list[KernelEvent] = []
+        keep: list[_Pending] = []
+        for p in self._pending:
+            mono = p.event.monotonic_seconds
+            if mono is not None and record.monotonic_seconds is not None:
+                late = record.monotonic_seconds - mono > p.rule.lookahead_seconds
+            else:
+                late = self._index - p.index > RECORD_WINDOW
+            if late:
+                expired.append(p.event)
+            else:
+                keep.append(p)
+        self._pending = keep
+        return expired
+
+    def feed(self, record: KernelRecord) -> list[KernelEvent]:
+        """Classify one kernel record (the caller drops records that are not from the kernel)."""
+        self._index += 1
+        out = self._expire_by_record(record) if self._pending else []
+        match = match_message(self.rules, record.text)
+        parts = match.parts
+        if parts.bdf is not None and parts.driver == "amdgpu":
+            self._seen_gpus.add(parts.bdf)
+        if match.kind == "trap":
+            self.traps += 1
+            return out
+        if match.kind == "none":
+            return out
+        if match.kind == "detail":
+            key = self._device(record, parts) or ""
+            anchor = self._last_anchor.get(key) or (self._last_anchor.get("") if key == "" else None)
+            if anchor is None or anchor.event_class not in match.detail_classes:
+                self.orphan_details += 1
+            return out
+        rule = match.rule
+        assert rule is not None
+        if rule.attribution == "aer_source":
+            src = match.source_bdf
+            gpu = src if src in self._gpus() else self._aer_ports.get(src or "")
+            if gpu is None:
+                self.aer_not_gpu += 1
+                return out
+            device: str | None = gpu
+        else:
+            device = self._device(record, parts)
+        if match.kind == "followup":
+            key = device or ""
+            prior = self._last_of_class.get((rule.event_class, key))
+            if prior is not None and self._within(prior, record, rule.followup_seconds):
+                return out  # restates the event just counted
+        if device is None and rule.lookahead_class is not None:
+            self._pending.append(_Pending(self._event(record, match, rule, UNKNOWN_DEVICE), rule, self._index))
+            self._remember("", rule.event_class, record)
+            return out
+        if device is not None and self._pending:
+            out.extend(self._resolve(rule.event_class, device))
+        key = device or ""
+        self._remember(key, rule.event_class, record)
+        out.append(self._event(record, match, rule, device or UNKNOWN_DEVICE))
+        return out
+
+    def _resolve(self, event_class: str, device: str) -> list[KernelEvent]:
+        for i, p in enumerate(self._pending):
+            if p.rule.lookahead_class == event_class:
+                del self._pending[i]
+                return [replace(p.event, pci_bus=device)]  # oldest first: the GPU that timed out resets first
+        return []
+
+    def expire(self, now_monotonic: float | None = None) -> list[KernelEvent]:
+        """One tick of a live source: give up on lookaheads whose window has passed (they go to ``unknown``)."""
+        out: list[KernelEvent] = []
+        keep: list[_Pending] = []
+        for p in self._pending:
+            p.ticks += 1
+            mono = p.event.monotonic_seconds
+            late = now_monotonic is not None and mono is not None and now_monotonic - mono > p.rule.lookahead_seconds
+            if late or p.ticks >= self.MAX_PENDING_TICKS:
+                out.append(p.event)
+            else:
+                keep.append(p)
+        self._pending = keep
+        return out
+
+    def flush(self) -> list[KernelEvent]:
+        """End of input: every pending lookahead goes to ``unknown``."""
+        out = [p.event for p in self._pending]
+        self._pending = []
+        return out
+
+    def pending(self) -> tuple[tuple[KernelEvent, str], ...]:
+        """Events waiting for their lookahead, with their class's rule name (persisted across restarts)."""
+        return tuple((p.event, p.rule.event_class) for p in self._pending)
+
+    def restore_pending(self, events: Iterable[KernelEvent]) -> None:
+        by_class = {r.event_class: r for r in self.rules.rules}
+        for event in events:
+            rule = by_class.get(event.event_class)
+            if rule is not None and rule.lookahead_class is not None:
+                self._pending.append(_Pending(event, rule, self._index))
+
+
+def kernel_log_report(
+    text: str, rules: KernelRules | None = None, known_gpus: Iterable[str] | None = None
+) -> dict[str, object]:
+    """The contract's ``parse kernel-log`` JSON for a captured log (events, counts, plus format and warnings).
+
+    Without ``known_gpus``, the GPUs are the amdgpu devices the log itself names (contract section 2).
+    """
+    parsed = parse_kernel_log_records(text)
+    kernel = [r for r in parsed.records if r.is_kernel]
+    if known_gpus is None:
+        gpus: set[str] = set()
+        for record in kernel:
+            parts = split_message(record.text)
+            if parts.driver == "amdgpu" and parts.bdf:
+                gpus.add(parts.bdf)
+            elif record.device and parts.driver == "amdgpu":
+                gpus.add(record.device)
+        known_gpus = gpus
+    classifier = KernelClassifier(rules, known_gpus)
+    events: list[KernelEvent] = []
+    for record in kernel:
+        events.extend(classifier.feed(record))
+    events.extend(classifier.flush())
+    events.sort(key=lambda e: e.line)
+    counts: dict[str, dict[str, int]] = {}
+    for event in events:
+        per_bus = counts.setdefault(event.pci_bus, {})
+        per_bus[event.event_class] = per_bus.get(event.event_class, 0) + event.count
+    warnings = list(parsed.warnings)
+    ignored = len(parsed.records) - len(kernel)
+    if ignored:
+        warnings.append(f"{ignored} records not from the kernel (user space) ignored")
+    if classifier.orphan_details:
+        warnings.append(f"{classifier.orphan_details} detail lines without their event's first line ignored")
+    return {
+        "format": parsed.format,
+        "events": [e.to_json() for e in events],
+        "counts": {bus: dict(sorted(c.items())) for bus, c in sorted(counts.items())},
+        "warnings": warnings,
+    }
