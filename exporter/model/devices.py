@@ -1,0 +1,219 @@
+"""Device nodes, the persisted baseline and the watchdog's conditions (issue 3).
+
+Everything here is keyed by what does not move: a node by the path the host gives it (``/dev/kfd``), a GPU
+by its PCI address. Numbers (card, render, KFD node, gids) are data that the drift engine compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter.model.gpu import SysfsSnapshot
+
+NodeKind = Literal["kfd", "card", "render"]
+Severity = Literal["info", "warning", "critical"]
+
+# POSIX ACL tags (linux/posix_acl_xattr.h); the xattr holds (tag u16, perm u16, id u32) entries after a version.
+ACL_USER_OBJ = 0x01
+ACL_USER = 0x02
+ACL_GROUP_OBJ = 0x04
+ACL_GROUP = 0x08
+ACL_MASK = 0x10
+ACL_OTHER = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    tag: int
+    perm: int  # rwx bits, 4 2 1
+    id: int | None  # uid/gid for ACL_USER/ACL_GROUP, else None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """One node under devfs as this process sees it. ``None`` fields: the node is absent or unreadable."""
+
+    path: str  # as the host names it: "/dev/kfd", "/dev/dri/renderD128"
+    name: str  # "kfd", "card1", "renderD128"
+    kind: NodeKind
+    exists: bool
+    is_char: bool = False
+    mode: int | None = None  # permission bits only (0o660)
+    uid: int | None = None
+    gid: int | None = None
+    rdev: tuple[int, int] | None = None  # major, minor of a character device
+    owner: str | None = None  # from the host's etc/passwd; None when the uid has no name there
+    group: str | None = None  # from the host's etc/group; None when the gid has no name there
+    acl: tuple[AclEntry, ...] | None = None  # the access ACL; () when the node has none; None: could not read
+    sysfs_dev: tuple[int, int] | None = None  # what sysfs says the node's major:minor is
+    accessible: bool | None = None  # this process can open it read-write (decided without opening it)
+    grant_gids: tuple[int, ...] = ()  # gids of which any one would let this process open it read-write
+    error: str | None = None  # why stat failed, for a node that exists but could not be read
+
+    @property
+    def has_acl(self) -> bool | None:
+        return None if self.acl is None else bool(self.acl)
+
+
+@dataclass(frozen=True, slots=True)
+class ByPathLink:
+    """A udev ``dri/by-path/pci-<bdf>-card|render`` link as it should be and as it is."""
+
+    link: str  # host path of the link: "/dev/dri/by-path/pci-0000:03:00.0-render"
+    pci_bus: str
+    kind: Literal["card", "render"]
+    expected: str  # the node sysfs says belongs to the BDF: "renderD128"
+    target: str | None  # basename of what the link points at; None when the link is absent
+    dangling: bool = False  # the link exists but its target does not
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCreds:
+    euid: int
+    egid: int
+    groups: tuple[int, ...]  # supplementary groups (os.getgroups())
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesSnapshot:
+    nodes: tuple[DeviceNode, ...] = ()
+    by_path: tuple[ByPathLink, ...] = ()
+    by_path_dir: bool = False  # dri/by-path exists (containers given --device usually have none)
+    host_groups: tuple[tuple[str, int], ...] = ()  # ("render", 109), ("video", 44): None when not on the host
+    gid_names: tuple[tuple[int, str], ...] = ()  # the host name of every gid seen on a node
+    creds: ProcessCreds | None = None
+    boot_id: str | None = None
+    group_file_read: bool = True  # the host's etc/group was read: group names (and their absence) mean something
+    warnings: tuple[str, ...] = ()
+
+    def node(self, path: str) -> DeviceNode | None:
+        for n in self.nodes:
+            if n.path == path:
+                return n
+        return None
+
+    def host_gid(self, group: str) -> int | None:
+        for name, gid in self.host_groups:
+            if name == group:
+                return gid
+        return None
+
+
+# Baseline ---------------------------------------------------------------------------------------------
+
+BASELINE_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineGpu:
+    pci_bus: str
+    unique_id: str | None = None
+    card: int | None = None  # minor of cardN
+    render: int | None = None  # minor of renderDN
+    kfd_node: int | None = None
+    gpu_id: int | None = None
+    hip_index: int | None = None  # rank among the KFD GPU nodes, what ROCR/HIP_VISIBLE_DEVICES count
+    compute_partition: str | None = None
+    memory_partition: str | None = None
+    parent_pci_bus: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineNode:
+    path: str
+    mode: int | None
+    uid: int | None
+    gid: int | None
+    major: int | None
+    minor: int | None
+    acl: bool | None = None  # extended ACL present
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineDrm:
+    """A DRM device that is not an amdgpu GPU, keyed by driver and parent (its card number moves)."""
+
+    driver: str | None
+    parent: str | None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    created: float  # unix time it was accepted
+    boot_id: str | None
+    gpus: tuple[BaselineGpu, ...] = ()
+    nodes: tuple[BaselineNode, ...] = ()
+    groups: tuple[tuple[str, int | None], ...] = ()  # host gids of render and video; None: no such group
+    kfd_major: int | None = None
+    other_drm: tuple[BaselineDrm, ...] = ()
+    format: int = BASELINE_FORMAT
+
+    def gpu(self, pci_bus: str) -> BaselineGpu | None:
+        for g in self.gpus:
+            if g.pci_bus == pci_bus:
+                return g
+        return None
+
+    def node(self, path: str) -> BaselineNode | None:
+        for n in self.nodes:
+            if n.path == path:
+                return n
+        return None
+
+
+# Watchdog conditions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One (kind, subject) the drift engine evaluated. ``since`` changes only when ``active`` changes."""
+
+    kind: str  # one of exporter.watchdog.drift.KINDS
+    subject: str  # a host path, a PCI address, a group name or a DRM device key
+    active: bool
+    since: float
+    severity: Severity = "warning"
+    message: str = ""
+    details: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.subject)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A structured log event: ``event`` is a short constant, the data is in ``fields``."""
+
+    event: str
+    kind: str
+    subject: str
+    time: float
+    severity: Severity
+    message: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateFileProblem:
+    file: str  # "baseline.json"
+    moved_to: str | None  # where the unreadable file was kept aside, when it was moved
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWatchState:
+    """What the devices source returns every interval; the metrics and ``check`` read only this."""
+
+    sysfs: SysfsSnapshot
+    devices: DevicesSnapshot
+    baseline: Baseline | None
+    conditions: tuple[Condition, ...]
+    collected_at: float
+    baseline_corrupt: StateFileProblem | None = None  # no usable baseline until ``baseline accept``
+    baseline_created: bool = False  # this collection wrote the first baseline
+
+    def active(self) -> tuple[Condition, ...]:
+        return tuple(c for c in self.conditions if c.active)

@@ -1,0 +1,418 @@
+"""Device nodes under devfs: ``/dev/kfd``, ``/dev/dri/card*``, ``/dev/dri/renderD*`` and their by-path links.
+
+Nothing here opens a device node: opening ``/dev/kfd`` creates a KFD process on the GPU. Whether this
+process could open a node read-write is decided from its mode, owner, group and POSIX ACL against the
+process's credentials. Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
+``--path.rootfs``, never from this process's NSS (inside a container the image's groups are not the host's).
+
+``DevicesSource`` at the end is the scheduled source: sysfs identity + nodes + baseline + drift.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import structlog
+
+from exporter.config import Config
+from exporter.model.devices import (
+    ACL_GROUP,
+    ACL_GROUP_OBJ,
+    ACL_MASK,
+    ACL_OTHER,
+    ACL_USER,
+    AclEntry,
+    Baseline,
+    ByPathLink,
+    Condition,
+    DeviceNode,
+    DevicesSnapshot,
+    DeviceWatchState,
+    NodeKind,
+    ProcessCreds,
+    StateFileProblem,
+    WatchEvent,
+)
+from exporter.model.gpu import SysfsSnapshot
+from exporter.watchdog.baseline import EVENT_BASELINE_CREATED, BaselineStore, build_baseline
+from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, evaluate
+
+log = structlog.get_logger(__name__)
+
+HOST_GROUPS = ("render", "video")
+_NODE_NAME = re.compile(r"^(?:card|renderD)[0-9]+$")
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_RW = 0o6
+
+
+# Pure helpers ---------------------------------------------------------------------------------------
+
+
+def parse_group_file(text: str) -> tuple[dict[str, int], dict[int, str], list[str]]:
+    """``etc/group`` -> (gid by name, first name by gid, warnings). A bad line is a warning, not an error."""
+    by_name: dict[str, int] = {}
+    by_gid: dict[int, str] = {}
+    warnings: list[str] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#") or line[0] in "+-":  # NIS compat entries carry no gid of their own
+            continue
+        fields = line.split(":")
+        if len(fields) < 3 or not fields[0] or not fields[2].isdigit():
+            warnings.append(f"group line {lineno}: not name:x:gid:members")
+            continue
+        gid = int(fields[2])
+        by_name.setdefault(fields[0], gid)
+        by_gid.setdefault(gid, fields[0])
+    return by_name, by_gid, warnings
+
+
+def parse_passwd_file(text: str) -> tuple[dict[int, str], list[str]]:
+    """``etc/passwd`` -> (first user name by uid, warnings)."""
+    by_uid: dict[int, str] = {}
+    warnings: list[str] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#") or line[0] in "+-":
+            continue
+        fields = line.split(":")
+        if len(fields) < 4 or not fields[0] or not fields[2].isdigit():
+            warnings.append(f"passwd line {lineno}: not name:x:uid:gid:...")
+            continue
+        by_uid.setdefault(int(fields[2]), fields[0])
+    return by_uid, warnings
+
+
+def parse_acl_xattr(data: bytes) -> tuple[AclEntry, ...]:
+    """The binary ``system.posix_acl_access`` value -> entries. Raises ValueError for a malformed value."""
+    if len(data) < 4 or (len(data) - 4) % 8:
+        raise ValueError(f"ACL xattr of {len(data)} bytes")
+    (version,) = struct.unpack_from("<I", data, 0)
+    if version != _ACL_VERSION:
+        raise ValueError(f"ACL xattr version {version}")
+    entries = []
+    for off in range(4, len(data), 8):
+        tag, perm, ident = struct.unpack_from("<HHI", data, off)
+        entries.append(AclEntry(tag, perm & 0o7, ident if tag in (ACL_USER, ACL_GROUP) else None))
+    return tuple(entries)
+
+
+def _acl_perm(acl: tuple[AclEntry, ...], tag: int) -> int | None:
+    for e in acl:
+        if e.tag == tag:
+            return e.perm
+    return None
+
+
+def can_open_rw(mode: int, uid: int, gid: int, acl: tuple[AclEntry, ...] | None, creds: ProcessCreds) -> bool:
+    """The kernel's permission check (POSIX.1e access ACL algorithm) for O_RDWR, without opening the node.
+
+    Root is taken as able to open anything (CAP_DAC_OVERRIDE); a container's device cgroup is not visible here.
+    """
+    if creds.euid == 0:
+        return True
+    acl = acl or ()
+    if creds.euid == uid:
+        return (mode >> 6) & _RW == _RW
+    mask = _acl_perm(acl, ACL_MASK)
+    masked = 0o7 if mask is None else mask
+    for e in acl:
+        if e.tag == ACL_USER and e.id == creds.euid:
+            return e.perm & masked & _RW == _RW
+    groups = {creds.egid, *creds.groups}
+    group_obj = _acl_perm(acl, ACL_GROUP_OBJ) if acl else None
+    group_perm = ((mode >> 3) & 0o7) if group_obj is None else (group_obj & masked)
+    matched = False
+    if gid in groups:
+        matched = True
+        if group_perm & _RW == _RW:
+            return True
+    for e in acl:
+        if e.tag == ACL_GROUP and e.id in groups:
+            matched = True
+            if e.perm & masked & _RW == _RW:
+                return True
+    if matched:
+        return False
+    other = _acl_perm(acl, ACL_OTHER) if acl else None
+    return ((mode & 0o7) if other is None else other) & _RW == _RW
+
+
+def grant_gids(mode: int, uid: int, gid: int, acl: tuple[AclEntry, ...] | None, creds: ProcessCreds) -> tuple[int, ...]:
+    """The gids of which any ONE, added as a supplementary group, would let this process open the node rw."""
+    candidates = [gid] + [e.id for e in acl or () if e.tag == ACL_GROUP and e.id is not None]
+    out: list[int] = []
+    for g in candidates:
+        if g in out:
+            continue
+        more = ProcessCreds(creds.euid, creds.egid, (*creds.groups, g))
+        if can_open_rw(mode, uid, gid, acl, more):
+            out.append(g)
+    return tuple(out)
+
+
+def node_kind(name: str) -> NodeKind:
+    return "kfd" if name == "kfd" else ("render" if name.startswith("renderD") else "card")
+
+
+def sysfs_node_devs(sysfs: SysfsSnapshot) -> dict[str, tuple[int, int] | None]:
+    """Every node name sysfs knows (``kfd``, ``card1``, ``renderD128``) -> its major:minor from sysfs ``dev``."""
+    out: dict[str, tuple[int, int] | None] = {}
+    for gpu in sysfs.gpus:
+        for m in (gpu.card, gpu.render):
+            if m is not None:
+                out[m.name] = m.dev if m.dev is not None else ((226, m.minor) if m.minor is not None else None)
+    for other in (*sysfs.other_drm, *sysfs.idle_partitions):
+        for m in other.minors:
+            out.setdefault(m.name, m.dev)
+    if sysfs.kfd_dev is not None:
+        out["kfd"] = sysfs.kfd_dev
+    return out
+
+
+def current_creds() -> ProcessCreds:
+    return ProcessCreds(os.geteuid(), os.getegid(), tuple(sorted(set(os.getgroups()))))
+
+
+# I/O ------------------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_boot_id(procfs: Path) -> str | None:
+    text = _read_text(procfs / "sys" / "kernel" / "random" / "boot_id")
+    return text.strip() or None if text is not None else None
+
+
+def _read_acl(path: Path) -> tuple[tuple[AclEntry, ...] | None, str | None]:
+    try:
+        data = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return (), None
+        return None, f"{path.name}: reading its ACL failed: {e.strerror}"
+    try:
+        return parse_acl_xattr(data), None
+    except ValueError as e:
+        return None, f"{path.name}: unreadable ACL: {e}"
+
+
+def _stat_node(
+    config: Config,
+    path: Path,
+    name: str,
+    sysfs_dev: tuple[int, int] | None,
+    users: Mapping[int, str],
+    groups: Mapping[int, str],
+    creds: ProcessCreds,
+    warnings: list[str],
+) -> DeviceNode:
+    host = config.host_path(path)
+    kind = node_kind(name)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return DeviceNode(host, name, kind, exists=False, sysfs_dev=sysfs_dev)
+    except OSError as e:
+        return DeviceNode(host, name, kind, exists=True, sysfs_dev=sysfs_dev, error=e.strerror)
+    is_char = stat.S_ISCHR(st.st_mode)
+    mode = stat.S_IMODE(st.st_mode)
+    acl, problem = _read_acl(path)
+    if problem:
+        warnings.append(problem)
+    return DeviceNode(
+        path=host,
+        name=name,
+        kind=kind,
+        exists=True,
+        is_char=is_char,
+        mode=mode,
+        uid=st.st_uid,
+        gid=st.st_gid,
+        rdev=(os.major(st.st_rdev), os.minor(st.st_rdev)) if is_char else None,
+        owner=users.get(st.st_uid),
+        group=groups.get(st.st_gid),
+        acl=acl,
+        sysfs_dev=sysfs_dev,
+        accessible=can_open_rw(mode, st.st_uid, st.st_gid, acl, creds) if is_char else False,
+        grant_gids=grant_gids(mode, st.st_uid, st.st_gid, acl, creds) if is_char else (),
+    )
+
+
+def _by_path_links(config: Config, sysfs: SysfsSnapshot) -> tuple[bool, tuple[ByPathLink, ...]]:
+    by_path = config.devfs / "dri" / "by-path"
+    if not by_path.is_dir():
+        return False, ()
+    links: list[ByPathLink] = []
+    for gpu in sysfs.gpus:
+        if gpu.partition_device is not None:  # partitions on platform devices have no pci-<bdf> link
+            continue
+        for minor in (gpu.card, gpu.render):
+            if minor is None:
+                continue
+            link = by_path / f"pci-{gpu.pci_bus}-{minor.kind}"
+            target: str | None = None
+            dangling = False
+            try:
+                target = os.path.basename(os.readlink(link))
+                dangling = not link.exists()
+            except FileNotFoundError:
+                target = None
+            except OSError as e:  # a regular file or directory where the link should be
+                target = f"<{e.strerror}>"
+                dangling = True
+            links.append(ByPathLink(config.host_path(link), gpu.pci_bus, minor.kind, minor.name, target, dangling))
+    return True, tuple(links)
+
+
+def read_devices(config: Config, sysfs: SysfsSnapshot, creds: ProcessCreds | None = None) -> DevicesSnapshot:
+    """Stat every GPU device node that devfs holds or sysfs expects. Never opens a node."""
+    creds = creds or current_creds()
+    warnings: list[str] = []
+    group_text = _read_text(config.rootfs / "etc" / "group")
+    passwd_text = _read_text(config.rootfs / "etc" / "passwd")
+    if group_text is None:
+        warnings.append(f"{config.rootfs / 'etc' / 'group'} unreadable: group names unknown")
+    if passwd_text is None:
+        warnings.append(f"{config.rootfs / 'etc' / 'passwd'} unreadable: owner names unknown")
+    gid_by_name, name_by_gid, w = parse_group_file(group_text or "")
+    warnings += w
+    name_by_uid, w = parse_passwd_file(passwd_text or "")
+    warnings += w
+
+    expected = sysfs_node_devs(sysfs)
+    names: set[str] = set(expected)
+    dri = config.devfs / "dri"
+    try:
+        names.update(n for n in os.listdir(dri) if _NODE_NAME.match(n))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        warnings.append(f"{dri}: {e.strerror}")
+    if (config.devfs / "kfd").exists() or os.path.lexists(config.devfs / "kfd"):
+        names.add("kfd")
+
+    def order(name: str) -> tuple[int, int]:
+        kind = node_kind(name)
+        return ({"kfd": 0, "card": 1, "render": 2}[kind], int(re.sub(r"\D", "", name) or 0))
+
+    nodes = []
+    for name in sorted(names, key=order):
+        path = config.devfs / name if name == "kfd" else dri / name
+        nodes.append(_stat_node(config, path, name, expected.get(name), name_by_uid, name_by_gid, creds, warnings))
+    by_path_dir, by_path = _by_path_links(config, sysfs)
+    gids_seen = sorted({n.gid for n in nodes if n.gid is not None and n.gid in name_by_gid})
+    host_groups = tuple((g, gid_by_name[g]) for g in HOST_GROUPS if g in gid_by_name)
+    return DevicesSnapshot(
+        nodes=tuple(nodes),
+        by_path=by_path,
+        by_path_dir=by_path_dir,
+        host_groups=host_groups,
+        gid_names=tuple((g, name_by_gid[g]) for g in gids_seen),
+        creds=creds,
+        boot_id=read_boot_id(config.procfs),
+        group_file_read=group_text is not None,
+        warnings=tuple(warnings),
+    )
+
+
+# The scheduled source -------------------------------------------------------------------------------
+
+EVENT_BASELINE_WRITE_FAILED = "baseline_write_failed"
+
+
+def log_events(events: Iterable[WatchEvent]) -> None:
+    for e in events:
+        level = log.warning if e.event != EVENT_CONDITION_CLEARED and e.severity != "info" else log.info
+        level(e.event, condition=e.kind, subject=e.subject, severity=e.severity, message=e.message, **dict(e.fields))
+
+
+class DevicesSource:
+    """sysfs identity + device nodes + the baseline -> drift conditions, every interval.
+
+    The baseline is re-read when ``baseline.json`` changes on disk, so ``rocm-watchdog baseline accept`` run
+    next to a live daemon takes effect at the next collection. The first baseline is written on the first
+    collection that sees at least one amdgpu GPU (a host whose driver has not loaded yet gets none), and never
+    while a corrupt baseline is kept aside (see ``exporter.watchdog.baseline``).
+    """
+
+    name = "devices"
+
+    def __init__(
+        self, config: Config, clock: Callable[[], float] = time.time, creds: ProcessCreds | None = None
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._creds = creds
+        self._store = BaselineStore(config.state_dir)
+        self._previous: tuple[Condition, ...] | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._cached: tuple[Baseline | None, StateFileProblem | None] = (None, None)
+        self._unsaved: Baseline | None = None  # written to memory only: the state dir refused it
+
+    def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
+        try:
+            st = os.stat(self._store.path)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp == self._stamp:
+            return self._cached
+        self._stamp = stamp
+        self._cached = self._store.load(move_corrupt=True)
+        if self._cached[0] is not None or self._cached[1] is not None:
+            self._unsaved = None
+        return self._cached
+
+    def collect(self) -> DeviceWatchState:
+        from exporter.sources.sysfs import read_sysfs
+
+        sysfs = read_sysfs(self._config.sysfs, with_state=False)
+        devices = read_devices(self._config, sysfs, self._creds)
+        now = self._clock()
+        baseline, problem = self._load()
+        created = False
+        if baseline is None and problem is None:
+            if self._unsaved is not None:
+                baseline = self._unsaved
+            elif sysfs.gpus:
+                baseline = build_baseline(sysfs, devices, now)
+                try:
+                    self._store.write(baseline)
+                    created = True
+                    log.info(EVENT_BASELINE_CREATED, path=str(self._store.path), gpus=len(baseline.gpus))
+                except OSError as e:
+                    self._unsaved = baseline
+                    log.error(EVENT_BASELINE_WRITE_FAILED, path=str(self._store.path), error=str(e))
+                self._stamp = None
+        conditions, events = evaluate(sysfs, devices, baseline, self._previous, now)
+        log_events(events)
+        self._previous = conditions
+        return DeviceWatchState(
+            sysfs=sysfs,
+            devices=devices,
+            baseline=baseline,
+            conditions=conditions,
+            collected_at=now,
+            baseline_corrupt=problem,
+            baseline_created=created,
+        )
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["DeviceWatchState", "DevicesSource", "read_devices"]

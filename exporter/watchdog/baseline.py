@@ -1,0 +1,407 @@
+"""The persisted baseline (contract section 5): what the node looked like when it was last accepted.
+
+Stored as ``baseline.json`` in ``--state.dir``. Writes are atomic: a temp file in the same directory, fsync,
+rename over the old file, fsync of the directory. A crash at any point leaves either the old file or the
+new one, never a half-written one; leftover temp files are ignored by ``load`` and swept by the next write.
+
+A file that cannot be read is moved aside to ``baseline.json.corrupt-<UTC time>`` and reported; it is NOT
+replaced by a baseline of the current, possibly drifted, state. While a ``corrupt-*`` file is present and no
+valid ``baseline.json`` is, the watchdog has no baseline: drift conditions are not evaluated, the metric
+``rocm_watchdog_state_file_corrupt{file="baseline.json"}`` is 1, ``check`` reports it (exit 1) and
+``baseline show`` exits 2. ``rocm-watchdog baseline accept`` writes a new baseline and ends that state; the
+corrupt files stay for inspection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from exporter.config import Config
+from exporter.model.devices import (
+    BASELINE_FORMAT,
+    Baseline,
+    BaselineDrm,
+    BaselineGpu,
+    BaselineNode,
+    DevicesSnapshot,
+    StateFileProblem,
+)
+from exporter.model.gpu import SysfsSnapshot
+from exporter.sources import SourceError
+from exporter.watchdog.drift import BASELINE_KINDS, evaluate, hip_indices
+
+log = structlog.get_logger(__name__)
+
+BASELINE_FILE = "baseline.json"
+CORRUPT_INFIX = ".corrupt-"
+_TMP_PREFIX = BASELINE_FILE + ".tmp-"
+
+EVENT_BASELINE_CREATED = "baseline_created"
+EVENT_BASELINE_ACCEPTED = "baseline_accepted"
+EVENT_STATE_FILE_CORRUPT = "state_file_corrupt"
+
+
+class BaselineError(ValueError):
+    """The baseline file is not a baseline this version understands."""
+
+
+# Pure: building and (de)serialising -----------------------------------------------------------------
+
+
+def build_baseline(sysfs: SysfsSnapshot, devices: DevicesSnapshot, now: float) -> Baseline:
+    hip = hip_indices(sysfs)
+    gpus = tuple(
+        BaselineGpu(
+            pci_bus=g.pci_bus,
+            unique_id=g.unique_id,
+            card=g.card.minor if g.card else None,
+            render=g.render.minor if g.render else None,
+            kfd_node=g.kfd_node,
+            gpu_id=g.gpu_id,
+            hip_index=hip.get(g.pci_bus),
+            compute_partition=g.compute_partition,
+            memory_partition=g.memory_partition,
+            parent_pci_bus=g.parent_pci_bus,
+        )
+        for g in sorted(sysfs.gpus, key=lambda g: g.pci_bus)
+    )
+    nodes = tuple(
+        BaselineNode(
+            path=n.path,
+            mode=n.mode,
+            uid=n.uid,
+            gid=n.gid,
+            major=n.rdev[0] if n.rdev else None,
+            minor=n.rdev[1] if n.rdev else None,
+            acl=n.has_acl,
+        )
+        for n in devices.nodes
+        if n.exists
+    )
+    kfd = devices.node("/dev/kfd")
+    kfd_major = sysfs.kfd_dev[0] if sysfs.kfd_dev else (kfd.rdev[0] if kfd and kfd.rdev else None)
+    groups = tuple((g, devices.host_gid(g)) for g in ("render", "video"))
+    other = tuple(
+        sorted(
+            (BaselineDrm(o.driver, o.parent, o.name) for o in sysfs.other_drm),
+            key=lambda d: (d.driver or "", d.parent or "", d.name or ""),
+        )
+    )
+    return Baseline(
+        created=now,
+        boot_id=devices.boot_id,
+        gpus=gpus,
+        nodes=nodes,
+        groups=groups,
+        kfd_major=kfd_major,
+        other_drm=other,
+    )
+
+
+def to_json(b: Baseline) -> dict[str, Any]:
+    return {
+        "format": b.format,
+        "created": b.created,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(b.created)),
+        "boot_id": b.boot_id,
+        "kfd_major": b.kfd_major,
+        "groups": dict(b.groups),
+        "gpus": [
+            {
+                "pci_bus": g.pci_bus,
+                "unique_id": g.unique_id,
+                "card": g.card,
+                "render": g.render,
+                "kfd_node": g.kfd_node,
+                "gpu_id": g.gpu_id,
+                "hip_index": g.hip_index,
+                "compute_partition": g.compute_partition,
+                "memory_partition": g.memory_partition,
+                "parent_pci_bus": g.parent_pci_bus,
+            }
+            for g in b.gpus
+        ],
+        "nodes": [
+            {
+                "path": n.path,
+                "mode": None if n.mode is None else f"{n.mode:04o}",
+                "uid": n.uid,
+                "gid": n.gid,
+                "major": n.major,
+                "minor": n.minor,
+                "acl": n.acl,
+            }
+            for n in b.nodes
+        ],
+        "other_drm": [{"driver": d.driver, "parent": d.parent, "name": d.name} for d in b.other_drm],
+    }
+
+
+def _opt(obj: dict[str, Any], key: str, typ: type, where: str) -> Any:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise BaselineError(f"{where}.{key}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BaselineError(f"{where}.{key}: expected a number, got {value!r}")
+        return float(value)
+    if not isinstance(value, typ):
+        raise BaselineError(f"{where}.{key}: expected {typ.__name__}, got {value!r}")
+    return value
+
+
+def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = obj.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise BaselineError(f"{key}: expected a list of objects")
+    return value
+
+
+def from_json(obj: object) -> Baseline:
+    """Validate a decoded ``baseline.json``. Raises BaselineError with what is wrong."""
+    if not isinstance(obj, dict):
+        raise BaselineError("not a JSON object")
+    fmt = obj.get("format")
+    if fmt != BASELINE_FORMAT:
+        raise BaselineError(f"format {fmt!r}, this version reads format {BASELINE_FORMAT}")
+    created = _opt(obj, "created", float, "baseline")
+    if created is None:
+        raise BaselineError("created: missing")
+    gpus = []
+    for i, g in enumerate(_objects(obj, "gpus")):
+        where = f"gpus[{i}]"
+        pci_bus = _opt(g, "pci_bus", str, where)
+        if not pci_bus:
+            raise BaselineError(f"{where}.pci_bus: missing")
+        gpus.append(
+            BaselineGpu(
+                pci_bus=pci_bus,
+                unique_id=_opt(g, "unique_id", str, where),
+                card=_opt(g, "card", int, where),
+                render=_opt(g, "render", int, where),
+                kfd_node=_opt(g, "kfd_node", int, where),
+                gpu_id=_opt(g, "gpu_id", int, where),
+                hip_index=_opt(g, "hip_index", int, where),
+                compute_partition=_opt(g, "compute_partition", str, where),
+                memory_partition=_opt(g, "memory_partition", str, where),
+                parent_pci_bus=_opt(g, "parent_pci_bus", str, where),
+            )
+        )
+    nodes = []
+    for i, n in enumerate(_objects(obj, "nodes")):
+        where = f"nodes[{i}]"
+        path = _opt(n, "path", str, where)
+        if not path:
+            raise BaselineError(f"{where}.path: missing")
+        mode_text = _opt(n, "mode", str, where)
+        try:
+            mode = None if mode_text is None else int(mode_text, 8)
+        except ValueError:
+            raise BaselineError(f"{where}.mode: not octal: {mode_text!r}") from None
+        nodes.append(
+            BaselineNode(
+                path=path,
+                mode=mode,
+                uid=_opt(n, "uid", int, where),
+                gid=_opt(n, "gid", int, where),
+                major=_opt(n, "major", int, where),
+                minor=_opt(n, "minor", int, where),
+                acl=_opt(n, "acl", bool, where),
+            )
+        )
+    groups_obj = obj.get("groups", {})
+    if not isinstance(groups_obj, dict):
+        raise BaselineError("groups: expected an object")
+    groups = tuple((str(k), _opt(groups_obj, k, int, "groups")) for k in groups_obj)
+    other = [
+        BaselineDrm(
+            _opt(d, "driver", str, f"other_drm[{i}]"),
+            _opt(d, "parent", str, f"other_drm[{i}]"),
+            _opt(d, "name", str, f"other_drm[{i}]"),
+        )
+        for i, d in enumerate(_objects(obj, "other_drm"))
+    ]
+    return Baseline(
+        created=created,
+        boot_id=_opt(obj, "boot_id", str, "baseline"),
+        gpus=tuple(gpus),
+        nodes=tuple(nodes),
+        groups=groups,
+        kfd_major=_opt(obj, "kfd_major", int, "baseline"),
+        other_drm=tuple(other),
+    )
+
+
+# I/O: the store -------------------------------------------------------------------------------------
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class BaselineStore:
+    """``baseline.json`` in a state directory. Safe against crashes; not meant for concurrent writers."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / BASELINE_FILE
+
+    def corrupt_files(self) -> list[Path]:
+        try:
+            names = os.listdir(self.state_dir)
+        except OSError:
+            return []
+        return sorted(self.state_dir / n for n in names if n.startswith(BASELINE_FILE + CORRUPT_INFIX))
+
+    def temp_files(self) -> list[Path]:
+        try:
+            names = os.listdir(self.state_dir)
+        except OSError:
+            return []
+        return sorted(self.state_dir / n for n in names if n.startswith(_TMP_PREFIX))
+
+    def load(self, move_corrupt: bool) -> tuple[Baseline | None, StateFileProblem | None]:
+        """The stored baseline, or None and why not.
+
+        ``move_corrupt``: the daemon moves an unreadable file aside; ``check`` and ``baseline show`` only read.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            kept = self.corrupt_files()
+            if kept:
+                reason = "an earlier baseline.json was unreadable and kept aside; run `rocm-watchdog baseline accept`"
+                return None, StateFileProblem(BASELINE_FILE, str(kept[-1]), reason)
+            return None, None
+        except OSError as e:
+            return None, StateFileProblem(BASELINE_FILE, None, f"cannot read {self.path}: {e.strerror}")
+        try:
+            return from_json(json.loads(raw.decode("utf-8"))), None
+        except (UnicodeDecodeError, json.JSONDecodeError, BaselineError) as e:
+            reason = f"unreadable baseline: {e}"
+        moved: str | None = None
+        if move_corrupt:
+            moved = str(self._move_aside())
+        log.error(EVENT_STATE_FILE_CORRUPT, file=BASELINE_FILE, path=str(self.path), moved_to=moved, reason=reason)
+        return None, StateFileProblem(BASELINE_FILE, moved, reason)
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.state_dir / f"{BASELINE_FILE}{CORRUPT_INFIX}{stamp}"
+        n = 1
+        while target.exists():  # two corrupt files within one second
+            n += 1
+            target = self.state_dir / f"{BASELINE_FILE}{CORRUPT_INFIX}{stamp}.{n}"
+        os.rename(self.path, target)
+        _fsync_dir(self.state_dir)
+        return target
+
+    def write_temp(self, baseline: Baseline) -> Path:
+        """First half of ``write``: the new content, durable, under a temp name. Split out to test crashes."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(to_json(baseline), indent=2, sort_keys=False) + "\n").encode()
+        fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.state_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
+        os.chmod(name, 0o644)
+        return Path(name)
+
+    def commit(self, temp: Path) -> None:
+        os.replace(temp, self.path)
+        _fsync_dir(self.state_dir)
+        for stale in self.temp_files():  # left by a crash between write_temp and commit
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+    def write(self, baseline: Baseline) -> None:
+        self.commit(self.write_temp(baseline))
+
+
+# CLI ------------------------------------------------------------------------------------------------
+
+
+def read_current(config: Config) -> tuple[SysfsSnapshot, DevicesSnapshot]:
+    """sysfs identity and the device nodes now. Raises SourceError when sysfs cannot be read."""
+    from exporter.sources.devices import read_devices
+    from exporter.sources.sysfs import read_sysfs
+
+    sysfs = read_sysfs(config.sysfs, with_state=False)
+    return sysfs, read_devices(config, sysfs)
+
+
+def baseline_show(config: Config) -> int:
+    """Print the stored baseline as JSON. Exit 0; 1 when there is none yet; 2 when it cannot be read."""
+    baseline, problem = BaselineStore(config.state_dir).load(move_corrupt=False)
+    if baseline is not None:
+        print(json.dumps(to_json(baseline), indent=2))
+        return 0
+    if problem is not None:
+        where = f" (kept at {problem.moved_to})" if problem.moved_to else ""
+        print(f"rocm-watchdog: baseline: {problem.reason}{where}", file=sys.stderr)
+        return 2
+    print(
+        f"rocm-watchdog: no baseline in {config.state_dir} yet: `serve` writes one on its first start, "
+        "`baseline accept` writes one now",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def baseline_accept(config: Config, now: float | None = None) -> int:
+    """Accept the current state as the baseline; print what was accepted and what changed. Exit 0 or 2."""
+    store = BaselineStore(config.state_dir)
+    try:
+        sysfs, devices = read_current(config)
+    except (SourceError, OSError) as e:
+        print(f"rocm-watchdog: baseline accept: cannot read the current state: {e}", file=sys.stderr)
+        return 2
+    now = time.time() if now is None else now
+    old, problem = store.load(move_corrupt=True)
+    conditions, _ = evaluate(sysfs, devices, old, None, now)
+    accepted = [
+        {"condition": c.kind, "subject": c.subject, "message": c.message}
+        for c in conditions
+        if c.active and c.kind in BASELINE_KINDS
+    ]
+    baseline = build_baseline(sysfs, devices, now)
+    try:
+        store.write(baseline)
+    except OSError as e:
+        print(f"rocm-watchdog: baseline accept: cannot write {store.path}: {e}", file=sys.stderr)
+        return 2
+    log.info(EVENT_BASELINE_ACCEPTED, path=str(store.path), gpus=len(baseline.gpus), nodes=len(baseline.nodes))
+    summary = {
+        "accepted": str(store.path),
+        "gpus": len(baseline.gpus),
+        "nodes": len(baseline.nodes),
+        "boot_id": baseline.boot_id,
+        "replaced_created": old.created if old else None,
+        "replaced_corrupt": problem.moved_to if problem else None,
+        "drift_accepted": accepted,
+    }
+    print(json.dumps(summary, indent=2))
+    if not sysfs.gpus:
+        print("rocm-watchdog: warning: the accepted baseline holds no amdgpu GPU", file=sys.stderr)
+    return 0

@@ -1,0 +1,498 @@
+"""The drift engine: a pure function of (sysfs identity, device nodes, baseline, previous conditions, now).
+
+It covers the scenarios of research/sysfs-devfs.md section 8. Each check yields a condition keyed by
+(kind, subject): a PCI address for GPU conditions, a host path for node conditions, a group name, or a
+``driver@parent`` key for foreign DRM devices. ``since`` moves only when ``active`` flips, and each flip
+yields exactly one event (``device_condition_started`` / ``device_condition_cleared``; a changed
+``unique_id`` starts as ``gpu_hardware_changed``, a hardware swap rather than drift).
+
+Conditions that compare against the baseline (``BASELINE_KINDS``) are evaluated only when there is one;
+the policy rules (``POLICY_KINDS``) need none. ``baseline accept`` clears the first kind by moving the
+baseline; the second kind clears only when the host is fixed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from exporter.model.devices import (
+    Baseline,
+    Condition,
+    DeviceNode,
+    DevicesSnapshot,
+    Severity,
+    WatchEvent,
+)
+from exporter.model.gpu import GpuIdentity, SysfsSnapshot
+
+EVENT_CONDITION_STARTED = "device_condition_started"
+EVENT_CONDITION_CLEARED = "device_condition_cleared"
+EVENT_HARDWARE_CHANGED = "gpu_hardware_changed"
+
+# kind -> severity. "critical": GPUs cannot be used or the wrong one is used; "warning": drift or a broken
+# rule that will bite; "info": worth knowing, not a problem by itself (check does not fail on it).
+KINDS: dict[str, Severity] = {
+    # GPU identity against the baseline (subject: pci_bus)
+    "render_renumbered": "critical",
+    "card_renumbered": "warning",
+    "kfd_node_changed": "warning",
+    "gpu_missing": "critical",
+    "gpu_new": "warning",
+    "unique_id_changed": "info",
+    "partition_mode_changed": "warning",
+    # device nodes against the baseline (subject: path)
+    "node_missing": "critical",
+    "mode_drift": "warning",
+    "uid_drift": "warning",
+    "gid_drift": "warning",
+    "rdev_drift": "warning",
+    "acl_drift": "warning",
+    "kfd_major_changed": "critical",
+    # host and foreign devices against the baseline
+    "group_gid_drift": "warning",  # subject: group name
+    "drm_device_added": "warning",  # subject: driver@parent
+    "drm_device_removed": "warning",
+    # rules on the current state, no baseline needed
+    "render_without_kfd": "critical",  # subject: pci_bus
+    "kfd_render_without_node": "info",  # subject: /dev/dri/renderD<minor> (a container may hold a subset)
+    "not_char_device": "critical",  # the rest: subject is a node path
+    "rdev_mismatch": "critical",
+    "world_writable": "info",
+    "group_not_render_or_video": "warning",
+    "kfd_render_group_split": "warning",
+    "gid_has_no_name": "warning",
+    "mode_inconsistent": "warning",
+    "group_inconsistent": "warning",
+    "minor_extended": "warning",
+    "by_path_missing": "warning",
+    "by_path_dangling": "warning",
+    "by_path_mismatch": "warning",
+}
+
+BASELINE_KINDS = frozenset(
+    {
+        "render_renumbered",
+        "card_renumbered",
+        "kfd_node_changed",
+        "gpu_missing",
+        "gpu_new",
+        "unique_id_changed",
+        "partition_mode_changed",
+        "node_missing",
+        "mode_drift",
+        "uid_drift",
+        "gid_drift",
+        "rdev_drift",
+        "acl_drift",
+        "kfd_major_changed",
+        "group_gid_drift",
+        "drm_device_added",
+        "drm_device_removed",
+    }
+)
+# rocm_device_node_drift{attribute}
+NODE_DRIFT_ATTRIBUTES = {"mode_drift": "mode", "uid_drift": "uid", "gid_drift": "gid", "rdev_drift": "rdev"}
+NODE_DRIFT_EXTRA = {"acl_drift": "acl"}
+# rocm_device_node_policy_violation{rule}: the rules whose subject is a node path
+POLICY_KINDS = (
+    "not_char_device",
+    "rdev_mismatch",
+    "world_writable",
+    "group_not_render_or_video",
+    "kfd_render_group_split",
+    "gid_has_no_name",
+    "mode_inconsistent",
+    "group_inconsistent",
+    "minor_extended",
+    "by_path_missing",
+    "by_path_dangling",
+    "by_path_mismatch",
+)
+DEVICE_GROUPS = frozenset({"render", "video"})
+KFD_PATH = "/dev/kfd"
+EXTENDED_MINOR_BASE = 192  # drm_drv.c DRM_EXTENDED_MINOR_LIMIT: beyond the 64 primaries / 64 renders
+
+_Found = tuple[bool, str, tuple[tuple[str, str], ...]]
+
+
+class _Checks:
+    """Collects (kind, subject) -> (active, message, details) in evaluation order."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], _Found] = {}
+
+    def add(self, kind: str, subject: str, active: bool, message: str = "", **details: object) -> None:
+        assert kind in KINDS, kind
+        text = tuple((k, "" if v is None else str(v)) for k, v in details.items())
+        self.found[(kind, subject)] = (active, message if active else "", text if active else ())
+
+
+def _render_path(minor: int) -> str:
+    return f"/dev/dri/renderD{minor}"
+
+
+def _mode(mode: int | None) -> str:
+    return "?" if mode is None else f"{mode:04o}"
+
+
+def _node_number(node: DeviceNode) -> int | None:
+    if node.rdev is not None:
+        return node.rdev[1]
+    if node.sysfs_dev is not None:
+        return node.sysfs_dev[1]
+    digits = "".join(ch for ch in node.name if ch.isdigit())
+    return int(digits) if digits else None
+
+
+def hip_indices(sysfs: SysfsSnapshot) -> dict[str, int]:
+    """pci_bus -> HIP/ROCr index: the sysfs source's when it gives one, else the rank in KFD node order."""
+    given = {g.pci_bus: g.hip_index for g in sysfs.gpus if g.hip_index is not None}
+    if given:
+        return given
+    ordered = sorted((g for g in sysfs.gpus if g.kfd_node is not None), key=lambda g: g.kfd_node or 0)
+    return {g.pci_bus: i for i, g in enumerate(ordered)}
+
+
+def _gpu_checks(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> None:
+    now_gpus = {g.pci_bus: g for g in sysfs.gpus}
+    base_gpus = {g.pci_bus: g for g in baseline.gpus}
+    hip = hip_indices(sysfs)
+    for bdf in sorted(base_gpus.keys() | now_gpus.keys()):
+        b, g = base_gpus.get(bdf), now_gpus.get(bdf)
+        if b is not None:
+            c.add("gpu_missing", bdf, g is None, f"GPU {bdf} of the baseline is gone", unique_id=b.unique_id)
+        if g is not None:
+            c.add("gpu_new", bdf, b is None, f"GPU {bdf} is not in the baseline", unique_id=g.unique_id)
+        if b is None or g is None:
+            continue
+        render = g.render.minor if g.render else None
+        if b.render is not None or render is not None:
+            c.add(
+                "render_renumbered",
+                bdf,
+                b.render != render,
+                f"GPU {bdf}: render node renderD{b.render} in the baseline, now renderD{render}",
+                baseline=b.render,
+                now=render,
+            )
+        card = g.card.minor if g.card else None
+        if b.card is not None or card is not None:
+            c.add(
+                "card_renumbered",
+                bdf,
+                b.card != card,
+                f"GPU {bdf}: card{b.card} in the baseline, now card{card}",
+                baseline=b.card,
+                now=card,
+            )
+        hip_now = hip.get(bdf)
+        if b.kfd_node is not None or g.kfd_node is not None:
+            moved = b.kfd_node != g.kfd_node or (b.hip_index is not None and b.hip_index != hip_now)
+            c.add(
+                "kfd_node_changed",
+                bdf,
+                moved,
+                f"GPU {bdf}: KFD node {b.kfd_node} / HIP index {b.hip_index} in the baseline, "
+                f"now KFD node {g.kfd_node} / HIP index {hip_now}",
+                baseline_kfd_node=b.kfd_node,
+                kfd_node=g.kfd_node,
+                baseline_hip_index=b.hip_index,
+                hip_index=hip_now,
+            )
+        if b.unique_id is not None and g.unique_id is not None:
+            c.add(
+                "unique_id_changed",
+                bdf,
+                b.unique_id != g.unique_id,
+                f"GPU {bdf}: unique_id {b.unique_id} in the baseline, now {g.unique_id} (board swapped?)",
+                baseline=b.unique_id,
+                now=g.unique_id,
+            )
+        changed = [
+            (field, old, new)
+            for field, old, new in (
+                ("compute_partition", b.compute_partition, g.compute_partition),
+                ("memory_partition", b.memory_partition, g.memory_partition),
+            )
+            if old is not None or new is not None
+        ]
+        if changed:
+            diff = [(f, o, n) for f, o, n in changed if o != n]
+            c.add(
+                "partition_mode_changed",
+                bdf,
+                bool(diff),
+                f"GPU {bdf}: partition mode " + ", ".join(f"{f} {o} -> {n}" for f, o, n in diff),
+                **{f"{f}_baseline": o for f, o, _ in changed},
+                **{f: n for f, _, n in changed},
+            )
+
+
+def _node_baseline_checks(c: _Checks, sysfs: SysfsSnapshot, devices: DevicesSnapshot, baseline: Baseline) -> None:
+    for b in baseline.nodes:
+        n = devices.node(b.path)
+        present = n is not None and n.exists
+        c.add("node_missing", b.path, not present, f"{b.path} of the baseline is gone")
+        if n is None or not present:
+            continue
+        if b.mode is not None and n.mode is not None:
+            c.add(
+                "mode_drift",
+                b.path,
+                b.mode != n.mode,
+                f"{b.path}: mode {_mode(b.mode)} in the baseline, now {_mode(n.mode)}",
+                baseline=_mode(b.mode),
+                now=_mode(n.mode),
+            )
+        if b.uid is not None and n.uid is not None:
+            c.add(
+                "uid_drift",
+                b.path,
+                b.uid != n.uid,
+                f"{b.path}: owner uid {b.uid} in the baseline, now {n.uid} ({n.owner or 'no name'})",
+                baseline=b.uid,
+                now=n.uid,
+            )
+        if b.gid is not None and n.gid is not None:
+            c.add(
+                "gid_drift",
+                b.path,
+                b.gid != n.gid,
+                f"{b.path}: group gid {b.gid} in the baseline, now {n.gid} ({n.group or 'no name'})",
+                baseline=b.gid,
+                now=n.gid,
+            )
+        if b.major is not None and b.minor is not None:
+            was = (b.major, b.minor)
+            c.add(
+                "rdev_drift",
+                b.path,
+                n.rdev != was,
+                f"{b.path}: device {b.major}:{b.minor} in the baseline, now "
+                + (f"{n.rdev[0]}:{n.rdev[1]}" if n.rdev else "not a character device"),
+                baseline=f"{b.major}:{b.minor}",
+                now=f"{n.rdev[0]}:{n.rdev[1]}" if n.rdev else None,
+            )
+        if b.acl is not None and n.has_acl is not None:
+            c.add(
+                "acl_drift",
+                b.path,
+                b.acl != n.has_acl,
+                f"{b.path}: POSIX ACL {'present' if b.acl else 'absent'} in the baseline, "
+                f"now {'present' if n.has_acl else 'absent'}",
+                baseline=b.acl,
+                now=n.has_acl,
+            )
+    kfd = devices.node(KFD_PATH)
+    major_now = sysfs.kfd_dev[0] if sysfs.kfd_dev else (kfd.rdev[0] if kfd and kfd.rdev else None)
+    if baseline.kfd_major is not None and major_now is not None:
+        c.add(
+            "kfd_major_changed",
+            KFD_PATH,
+            baseline.kfd_major != major_now,
+            f"/dev/kfd major {baseline.kfd_major} in the baseline, now {major_now}: containers started before "
+            "keep a device-cgroup rule for the old major",
+            baseline=baseline.kfd_major,
+            now=major_now,
+        )
+
+
+def _host_checks(c: _Checks, sysfs: SysfsSnapshot, devices: DevicesSnapshot, baseline: Baseline) -> None:
+    if devices.group_file_read:
+        for name, gid in baseline.groups:
+            now = devices.host_gid(name)
+            c.add(
+                "group_gid_drift",
+                name,
+                gid != now,
+                f"host group {name}: gid {gid} in the baseline, now {now}",
+                baseline=gid,
+                now=now,
+            )
+    base = Counter(f"{d.driver}@{d.parent}" for d in baseline.other_drm)
+    now_drm = Counter(f"{o.driver}@{o.parent}" for o in sysfs.other_drm)
+    for key in sorted(base.keys() | now_drm.keys()):
+        if key in now_drm:
+            c.add(
+                "drm_device_added",
+                key,
+                now_drm[key] > base.get(key, 0),
+                f"DRM device {key} is not in the baseline: it can shift every card/render number",
+            )
+        if key in base:
+            c.add(
+                "drm_device_removed",
+                key,
+                base[key] > now_drm.get(key, 0),
+                f"DRM device {key} of the baseline is gone: it can shift every card/render number",
+            )
+
+
+def _kfd_checks(c: _Checks, sysfs: SysfsSnapshot, devices: DevicesSnapshot) -> None:
+    partitioned = {g.parent_pci_bus for g in sysfs.gpus if g.parent_pci_bus and g.kfd_node is not None}
+    for g in sysfs.gpus:
+        if g.render is None or g.partition_device is not None:
+            continue  # a partition's render node without KFD is an idle partition, not a fault
+        c.add(
+            "render_without_kfd",
+            g.pci_bus,
+            g.kfd_node is None and g.pci_bus not in partitioned,
+            f"GPU {g.pci_bus} has {g.render.name} but no KFD node: not usable for compute (amdkfd not initialised?)",
+            render=g.render.name,
+        )
+    for k in sysfs.kfd_nodes:
+        if k.render_minor is None:
+            continue
+        path = _render_path(k.render_minor)
+        n = devices.node(path)
+        c.add(
+            "kfd_render_without_node",
+            path,
+            n is None or not n.exists,
+            f"KFD node {k.node} uses renderD{k.render_minor} but {path} is absent",
+            kfd_node=k.node,
+            pci_bus=k.pci_bus,
+        )
+
+
+def _policy_checks(c: _Checks, devices: DevicesSnapshot) -> None:
+    present = [n for n in devices.nodes if n.exists and n.mode is not None]
+    for n in present:
+        c.add("not_char_device", n.path, not n.is_char, f"{n.path} is not a character device")
+        if n.is_char and n.sysfs_dev is not None:
+            c.add(
+                "rdev_mismatch",
+                n.path,
+                n.rdev != n.sysfs_dev,
+                f"{n.path} is {n.rdev} but sysfs says {n.sysfs_dev}: a stale static or copied /dev",
+                node=f"{n.rdev[0]}:{n.rdev[1]}" if n.rdev else None,
+                sysfs=f"{n.sysfs_dev[0]}:{n.sysfs_dev[1]}",
+            )
+        mode = n.mode or 0
+        c.add("world_writable", n.path, bool(mode & 0o002), f"{n.path} is writable by everyone ({_mode(mode)})")
+        if devices.group_file_read and n.gid is not None:
+            c.add(
+                "gid_has_no_name",
+                n.path,
+                n.group is None,
+                f"{n.path}: gid {n.gid} has no name in the host's /etc/group",
+                gid=n.gid,
+            )
+            c.add(
+                "group_not_render_or_video",
+                n.path,
+                n.group not in DEVICE_GROUPS,
+                f"{n.path}: group {n.group or n.gid} is neither render nor video",
+                group=n.group,
+                gid=n.gid,
+            )
+        if n.kind != "kfd":
+            number = _node_number(n)
+            if number is not None:
+                c.add(
+                    "minor_extended",
+                    n.path,
+                    number >= EXTENDED_MINOR_BASE,
+                    f"{n.path}: minor {number} is in the extended range: more than 64 DRM devices of a kind",
+                    minor=number,
+                )
+    renders = [n for n in present if n.kind == "render" and n.gid is not None]
+    kfd = next((n for n in present if n.kind == "kfd"), None)
+    if kfd is not None and kfd.gid is not None and renders:
+        other = sorted({n.gid for n in renders if n.gid is not None and n.gid != kfd.gid})
+        c.add(
+            "kfd_render_group_split",
+            kfd.path,
+            bool(other),
+            f"/dev/kfd has gid {kfd.gid} ({kfd.group}) but render nodes have gid {other}: a process needs both groups",
+            kfd_gid=kfd.gid,
+            render_gids=",".join(map(str, other)),
+        )
+    for kind in ("card", "render"):
+        same = [n for n in present if n.kind == kind]
+        if len(same) < 2:
+            continue
+        for rule, attr in (("mode_inconsistent", "mode"), ("group_inconsistent", "gid")):
+            values = Counter(getattr(n, attr) for n in same)
+            common = sorted(values.items(), key=lambda kv: (-kv[1], kv[0] if kv[0] is not None else -1))[0][0]
+            for n in same:
+                value = getattr(n, attr)
+                shown = _mode(value) if attr == "mode" else value
+                usual = _mode(common) if attr == "mode" else common
+                c.add(rule, n.path, value != common, f"{n.path}: {attr} {shown} while other {kind} nodes have {usual}")
+
+
+def _by_path_checks(c: _Checks, devices: DevicesSnapshot) -> None:
+    if not devices.by_path_dir:
+        return  # a container given --device nodes has no udev links at all: nothing to compare
+    for link in devices.by_path:
+        path = f"/dev/dri/{link.expected}"
+        c.add("by_path_missing", path, link.target is None, f"{link.link} is missing (udev did not run?)")
+        if link.target is None:
+            continue
+        c.add("by_path_dangling", path, link.dangling, f"{link.link} points at {link.target}, which does not exist")
+        c.add(
+            "by_path_mismatch",
+            path,
+            not link.dangling and link.target != link.expected,
+            f"{link.link} points at {link.target} but sysfs gives {link.pci_bus} {link.expected}",
+            link_target=link.target,
+            sysfs=link.expected,
+        )
+
+
+def _transitions(
+    found: dict[tuple[str, str], _Found], previous: Iterable[Condition] | None, now: float
+) -> tuple[tuple[Condition, ...], tuple[WatchEvent, ...]]:
+    prev = {p.key: p for p in previous or ()}
+    conditions: list[Condition] = []
+    events: list[WatchEvent] = []
+    for (kind, subject), (active, message, details) in found.items():
+        p = prev.get((kind, subject))
+        flipped = (p is None and active) or (p is not None and p.active != active)
+        since = now if p is None or flipped else p.since
+        severity = KINDS[kind]
+        cond = Condition(kind, subject, active, since, severity, message, details)
+        conditions.append(cond)
+        if flipped:
+            name = EVENT_CONDITION_STARTED if active else EVENT_CONDITION_CLEARED
+            if active and kind == "unique_id_changed":
+                name = EVENT_HARDWARE_CHANGED
+            msg = message if active else (p.message if p else "")
+            events.append(WatchEvent(name, kind, subject, now, severity, msg, details or (p.details if p else ())))
+    for key, p in prev.items():
+        if key in found or not p.active:
+            continue
+        # no longer evaluated (the GPU or node is gone, or the baseline is): it no longer holds
+        conditions.append(Condition(p.kind, p.subject, False, now, p.severity))
+        events.append(WatchEvent(EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, p.message, p.details))
+    return tuple(conditions), tuple(events)
+
+
+def evaluate(
+    sysfs: SysfsSnapshot,
+    devices: DevicesSnapshot,
+    baseline: Baseline | None,
+    previous: Iterable[Condition] | None,
+    now: float,
+) -> tuple[tuple[Condition, ...], tuple[WatchEvent, ...]]:
+    """Every condition evaluated now (active or not) and the start/clear events since ``previous``."""
+    c = _Checks()
+    if baseline is not None:
+        _gpu_checks(c, sysfs, baseline)
+        _node_baseline_checks(c, sysfs, devices, baseline)
+        _host_checks(c, sysfs, devices, baseline)
+    _kfd_checks(c, sysfs, devices)
+    _policy_checks(c, devices)
+    _by_path_checks(c, devices)
+    return _transitions(c.found, previous, now)
+
+
+def gpu_label(gpu: GpuIdentity) -> str:
+    parts = [gpu.pci_bus]
+    if gpu.card:
+        parts.append(gpu.card.name)
+    if gpu.render:
+        parts.append(gpu.render.name)
+    return " ".join(parts)
