@@ -134,3 +134,19 @@ STATE_FILE_CORRUPT = Spec(
     "1 when a state file could not be read and was moved aside",
     ("file",),
 )
+
+# Device watchdog conditions (issue 3 part B: exporter/watchdog/drift.py) ---------------------------------
+# Every drift scenario is one condition kind (drift.KINDS); the contract's drift metrics above cover the
+# node and GPU ones, this gauge covers all of them with one series per ACTIVE condition (a series vanishes
+# when its condition clears, so `rocm_device_condition == 1` alerts resolve by themselves).
+DEVICE_CONDITION = Spec(
+    "rocm_device_condition",
+    "1 per active device-watchdog condition (drift since the baseline or a broken rule)" + CACHED,
+    ("condition", "subject", "severity"),
+)
+DEVICE_CONDITION_SINCE = Spec(
+    "rocm_device_condition_since_timestamp_seconds",
+    "Unix time the active device-watchdog condition started" + CACHED,
+    ("condition", "subject"),
+)
+BASELINE_TIMESTAMP = Spec("rocm_baseline_timestamp_seconds", "Unix time the baseline was accepted")

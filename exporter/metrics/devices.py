@@ -1,0 +1,121 @@
+"""Device identity and drift families (contract section 4) from one ``DeviceWatchState``. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from exporter.metrics import names as n
+from exporter.metrics.families import label, new_family
+from exporter.model.devices import Condition, DeviceWatchState
+from exporter.watchdog.baseline import BASELINE_FILE
+from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS
+
+
+def _flag(value: bool) -> float:
+    return 1.0 if value else 0.0
+
+
+def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
+    """Every device family; nothing when the devices source has no fresh state (its health metrics say why)."""
+    if state is None:
+        return
+    by_key: dict[tuple[str, str], Condition] = {c.key: c for c in state.conditions}
+    nodes = state.devices.nodes
+    baseline = state.baseline
+
+    info = new_family(n.DEVICE_NODE_INFO)
+    for node in nodes:
+        if node.exists:
+            info.add_metric(
+                [
+                    node.path,
+                    "" if node.mode is None else f"{node.mode:04o}",
+                    label(node.owner),
+                    label(node.group),
+                    label(node.uid),
+                    label(node.gid),
+                    label(node.rdev[0] if node.rdev else None),
+                    label(node.rdev[1] if node.rdev else None),
+                ],
+                1.0,
+            )
+    yield info
+
+    present = new_family(n.DEVICE_NODE_PRESENT)
+    seen: set[str] = set()
+    for node in nodes:
+        present.add_metric([node.path], _flag(node.exists))
+        seen.add(node.path)
+    for bnode in baseline.nodes if baseline else ():
+        if bnode.path not in seen:
+            present.add_metric([bnode.path], 0.0)
+    yield present
+
+    accessible = new_family(n.DEVICE_NODE_ACCESSIBLE)
+    for node in nodes:
+        if node.exists and node.accessible is not None:
+            accessible.add_metric([node.path], _flag(node.accessible))
+    yield accessible
+
+    drift = new_family(n.DEVICE_NODE_DRIFT)
+    for bnode in baseline.nodes if baseline else ():
+        for kind, attribute in (*NODE_DRIFT_ATTRIBUTES.items(), *NODE_DRIFT_EXTRA.items()):
+            c = by_key.get((kind, bnode.path))
+            if c is not None:
+                drift.add_metric([bnode.path, attribute], _flag(c.active))
+    yield drift
+
+    policy = new_family(n.DEVICE_NODE_POLICY)
+    for c in state.conditions:
+        if c.kind in POLICY_KINDS:
+            policy.add_metric([c.subject, c.kind], _flag(c.active))
+    yield policy
+
+    render = new_family(n.RENDER_NODE_MINOR)
+    card = new_family(n.CARD_MINOR)
+    for gpu in state.sysfs.gpus:
+        if gpu.render is not None:
+            render.add_metric([gpu.pci_bus], float(gpu.render.minor))
+        if gpu.card is not None:
+            card.add_metric([gpu.pci_bus], float(gpu.card.minor))
+    yield render
+    yield card
+
+    if baseline is not None:
+        now_gpus = {g.pci_bus for g in state.sysfs.gpus}
+        renumbered = new_family(n.RENDER_NODE_RENUMBERED)
+        missing = new_family(n.GPU_MISSING)
+        for bgpu in baseline.gpus:
+            missing.add_metric([bgpu.pci_bus], _flag(bgpu.pci_bus not in now_gpus))
+            if bgpu.pci_bus in now_gpus:
+                c = by_key.get(("render_renumbered", bgpu.pci_bus))
+                renumbered.add_metric([bgpu.pci_bus], _flag(c is not None and c.active))
+        yield renumbered
+        yield missing
+        count = new_family(n.BASELINE_GPUS)
+        count.add_metric([], float(len(baseline.gpus)))
+        yield count
+        stamp = new_family(n.BASELINE_TIMESTAMP)
+        stamp.add_metric([], baseline.created)
+        yield stamp
+        groups = new_family(n.GROUP_GID_DRIFT)
+        for group, _gid in baseline.groups:
+            c = by_key.get(("group_gid_drift", group))
+            if c is not None:
+                groups.add_metric([group], _flag(c.active))
+        yield groups
+
+    corrupt = new_family(n.STATE_FILE_CORRUPT)
+    corrupt.add_metric([BASELINE_FILE], _flag(state.baseline_corrupt is not None))
+    yield corrupt
+
+    active = new_family(n.DEVICE_CONDITION)
+    since = new_family(n.DEVICE_CONDITION_SINCE)
+    for c in state.conditions:
+        if c.active:
+            active.add_metric([c.kind, c.subject, c.severity], 1.0)
+            since.add_metric([c.kind, c.subject], c.since)
+    yield active
+    yield since
