@@ -19,7 +19,13 @@ import structlog
 from exporter.config import Config
 from exporter.model import ParseError
 from exporter.model.smi import SmiReport
-from exporter.parsers.amd_smi import merge_amd_smi_reports, parse_amd_smi, parse_amd_smi_help
+from exporter.parsers.amd_smi import (
+    AmdSmiHelp,
+    amd_smi_commands,
+    merge_amd_smi_reports,
+    parse_amd_smi,
+    parse_amd_smi_help,
+)
 from exporter.parsers.rocm_smi import completeness, parse_rocm_smi, supports_json
 from exporter.sources import SourceError
 from exporter.sources.runner import CommandResult, run
@@ -102,13 +108,8 @@ class RocmSmiSource:
         return None
 
 
-# amd-smi subcommands, in the order they run; each is optional but "list" (the GPU inventory).
-AMD_SMI_QUERIES: tuple[tuple[str, ...], ...] = (
-    ("list",),
-    ("metric", "--mem-usage"),
-    ("process",),
-    ("topology",),
-)
+# Subcommands whose help is probed once; the parser decides from it what to run (and with which flags).
+AMD_SMI_PROBED = ("list", "metric", "process", "topology", "static")
 
 
 class AmdSmiSource:
@@ -120,14 +121,24 @@ class AmdSmiSource:
         self._run = runner
         self._queries: tuple[tuple[str, ...], ...] | None = None  # probed once, on the first run
 
-    def _probe(self) -> tuple[tuple[str, ...], ...]:
-        result = self._run((self._path, "--help"), self._timeout)
+    def _help(self, *command: str) -> AmdSmiHelp | None:
+        result = self._run((self._path, *command, "--help"), self._timeout)
         _check_ran(result, "amd-smi")
-        supported = parse_amd_smi_help(result.stdout + result.stderr)
-        queries = tuple(q for q in AMD_SMI_QUERIES if q[0] in supported)
-        if not queries or queries[0] != ("list",):
-            raise SourceError(_describe_failure(result, "amd-smi", "help lists no usable subcommand"))
-        log.info("tool_probed", source=self.name, subcommands=[q[0] for q in queries])
+        try:
+            return parse_amd_smi_help(result.stdout + result.stderr)
+        except ParseError:
+            if not command:
+                raise SourceError(_describe_failure(result, "amd-smi", "--help is not amd-smi's help")) from None
+            return None
+
+    def _probe(self) -> tuple[tuple[str, ...], ...]:
+        top = self._help()
+        assert top is not None
+        helps = [top] + [h for c in AMD_SMI_PROBED if c in top.commands and (h := self._help(c)) is not None]
+        queries = amd_smi_commands(helps)
+        if not any(q[0] == "list" for q in queries):
+            raise SourceError(f"amd-smi {top.version or ''}: its help offers no 'list' subcommand")
+        log.info("tool_probed", source=self.name, version=top.version, commands=[" ".join(q) for q in queries])
         return queries
 
     def collect(self) -> SmiReport:
@@ -136,7 +147,7 @@ class AmdSmiSource:
         reports: list[SmiReport] = []
         problems: list[str] = []
         for query in self._queries:
-            result = self._run((self._path, *query, "--json"), self._timeout)
+            result = self._run((self._path, *query), self._timeout)
             _check_ran(result, "amd-smi")
             try:
                 reports.append(parse_amd_smi(result.stdout))

@@ -1,0 +1,72 @@
+"""The one subprocess runner, with real processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from exporter.sources.runner import run
+
+
+def test_captures_exit_code_and_both_streams() -> None:
+    result = run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 10)
+    assert result.returncode == 3
+    assert result.stdout == "out\n"
+    assert result.stderr == "err\n"
+    assert not result.timed_out and not result.ok and result.error is None
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    result = run(["sh", "-c", script], 0.5)
+    assert result.timed_out and result.returncode is None
+    child = int(pidfile.read_text())
+    # The grandchild was killed with the group: it is gone (or a zombie about to be reaped by init).
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+            state = Path(f"/proc/{child}/stat").read_text().split()[2]
+            if state == "Z":
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("grandchild survived the timeout")
+
+
+def test_a_child_that_keeps_the_pipes_open_does_not_extend_the_wait(tmp_path: Path) -> None:
+    # The leader exits at once but a background child holds stdout: the runner stops at the timeout.
+    result = run(["sh", "-c", "echo first; sleep 300 &"], 0.5)
+    assert result.stdout.startswith("first")
+    assert result.timed_out
+
+
+def test_output_is_capped() -> None:
+    result = run([sys.executable, "-c", "print('x' * 100000)"], 10, max_bytes=1000)
+    assert len(result.stdout) == 1000
+    assert result.truncated
+
+
+def test_missing_program_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    result = run([str(tmp_path / "no-such-tool")], 5)
+    assert result.error is not None and "No such file" in result.error
+    assert result.returncode is None
+
+
+def test_not_executable(tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o644)
+    result = run([str(tool)], 5)
+    assert result.error is not None and "ermission" in result.error
+
+
+def test_never_a_shell(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    result = run(["echo", f"; touch {marker}"], 5)
+    assert result.stdout.strip() == f"; touch {marker}"
+    assert not marker.exists()
