@@ -1,0 +1,72 @@
+"""Flags, the YAML config file, and one message listing every problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import ConfigError, build_config, build_parser
+
+
+def config(*argv: str):  # type: ignore[no-untyped-def]
+    return build_config(build_parser().parse_args(["once", *argv]))
+
+
+def test_defaults_follow_the_contract() -> None:
+    c = config()
+    assert c.listen_address == ":9862"
+    assert (c.sysfs, c.devfs, c.procfs) == (Path("/sys"), Path("/dev"), Path("/proc"))
+    assert c.kernel_log_path == Path("/dev/kmsg")
+    assert c.state_dir == Path("/var/lib/rocm-watchdog")
+    assert all(c.collectors.values())
+    assert c.top_processes == 20
+
+
+def test_rootfs_prefixes_only_paths_left_at_default() -> None:
+    c = config("--path.rootfs", "/host", "--path.devfs", "/dev")
+    assert c.sysfs == Path("/host/sys")
+    assert c.procfs == Path("/host/proc")
+    assert c.devfs == Path("/dev")
+
+
+def test_collector_toggles_and_intervals() -> None:
+    c = config("--no-collector.kernel-log", "--collector.sysfs.interval", "500ms", "--collector.rocm-smi.interval", "1m")
+    assert c.collectors["kernel-log"] is False
+    assert c.intervals_seconds["sysfs"] == 0.5
+    assert c.intervals_seconds["rocm-smi"] == 60
+
+
+def test_yaml_file_and_flags_win(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("web.listen-address: 127.0.0.1:1234\ncollector.amd-smi: false\nprocesses.top-n: 5\n")
+    c = config("--config.file", str(f), "--processes.top-n", "7")
+    assert c.listen_address == "127.0.0.1:1234"
+    assert c.collectors["amd-smi"] is False
+    assert c.top_processes == 7
+
+
+def test_every_problem_is_reported_together(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("bogus.key: 1\ncollector.sysfs: maybe\n")
+    with pytest.raises(ConfigError) as err:
+        config("--config.file", str(f), "--collector.sysfs.interval", "soon", "--smi.backend", "nvidia-smi")
+    text = str(err.value)
+    for needle in ("bogus.key", "collector.sysfs", "soon", "nvidia-smi"):
+        assert needle in text
+
+
+def test_bad_config_exits_2_with_one_message() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "once", "--collector.sysfs.interval=-1s", "--processes.top-n", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "invalid configuration" in proc.stderr
+    assert "interval" in proc.stderr and "top-n" in proc.stderr
+    assert "Traceback" not in proc.stderr
