@@ -1,0 +1,316 @@
+"""``rocm-watchdog check``: the preflight for a host or a container (docs/check.md).
+
+It reads sysfs and the device nodes (never opening one), the baseline if ``--state.dir`` holds one (never
+writing it), and the GPU selection in the environment, and reports:
+
+- ``/dev/kfd`` and the render nodes present, character devices, with their modes and owners;
+- whether this process can open them read-write, and if not the numeric gids that would let it
+  (``--group-add 109``, ``supplementalGroups: [109]``): names are useless, an image's ``render`` group is
+  rarely the host's;
+- drift since the baseline and broken rules (the conditions of ``exporter.watchdog.drift``);
+- which GPUs ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` select, as PCI addresses, and whether a
+  pinned index now points at another GPU than in the baseline.
+
+Exit 0: nothing wrong. 1: problems found (each listed). 2: could not check (sysfs unreadable).
+``info`` conditions (a world-writable node, KFD render nodes absent from a container given a subset) are
+notes, not problems.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.config import Config
+from exporter.model.devices import Baseline, DeviceNode, DevicesSnapshot, StateFileProblem
+from exporter.model.gpu import SysfsSnapshot
+from exporter.sources import SourceError
+from exporter.watchdog.baseline import BaselineStore, read_current
+from exporter.watchdog.drift import evaluate, hip_indices
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+Ordered = Sequence[tuple[str, str | None]]  # (pci_bus, unique_id) in HIP/ROCr index order
+
+
+def _uuid(unique_id: str | None) -> str | None:
+    """ROCr's GPU UUID: ``GPU-`` + the 16 hex digits of unique_id."""
+    if unique_id is None:
+        return None
+    try:
+        return f"GPU-{int(unique_id, 16):016x}"
+    except ValueError:
+        return None
+
+
+def _apply(ordered: Ordered, spec: str, var: str, errors: list[str]) -> list[tuple[str, str | None]]:
+    """One ``*_VISIBLE_DEVICES`` value applied to a list; like ROCr, an invalid entry ends the list."""
+    out: list[tuple[str, str | None]] = []
+    for raw in spec.split(","):
+        token = raw.strip()
+        if not token:
+            continue
+        if token.isdigit():
+            i = int(token)
+            if i >= len(ordered):
+                errors.append(
+                    f"{var}: index {i} is out of range ({len(ordered)} GPUs): it and what follows are ignored"
+                )
+                break
+            out.append(ordered[i])
+            continue
+        if token.upper().startswith("GPU-"):
+            match = [g for g in ordered if (_uuid(g[1]) or "").lower() == token.lower()]
+            if match:
+                out.append(match[0])
+                continue
+            errors.append(f"{var}: no GPU has UUID {token}: it and what follows are ignored")
+            break
+        errors.append(f"{var}: {token!r} is neither an index nor a GPU-<uuid>: it and what follows are ignored")
+        break
+    return out
+
+
+def select_visible(ordered: Ordered, environ: Mapping[str, str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The GPUs the HIP runtime would see: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
+    CUDA_VISIBLE_DEVICES when HIP's is unset) as indices into what ROCr kept."""
+    errors: list[str] = []
+    selected = list(ordered)
+    rocr = environ.get("ROCR_VISIBLE_DEVICES")
+    if rocr is not None:
+        selected = _apply(selected, rocr, "ROCR_VISIBLE_DEVICES", errors)
+    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ else "CUDA_VISIBLE_DEVICES"
+    hip = environ.get(hip_var)
+    if hip is not None:
+        selected = _apply(selected, hip, hip_var, errors)
+    return selected, errors
+
+
+def _node_json(n: DeviceNode) -> dict[str, Any]:
+    return {
+        "path": n.path,
+        "present": n.exists,
+        "char_device": n.is_char if n.exists else None,
+        "mode": None if n.mode is None else f"{n.mode:04o}",
+        "owner": n.owner,
+        "group": n.group,
+        "uid": n.uid,
+        "gid": n.gid,
+        "major": n.rdev[0] if n.rdev else None,
+        "minor": n.rdev[1] if n.rdev else None,
+        "acl": n.has_acl,
+        "accessible": n.accessible,
+        "grant_gids": list(n.grant_gids),
+    }
+
+
+def _pick_gids(nodes: Sequence[DeviceNode]) -> tuple[list[int], list[str]]:
+    """Fewest gids covering every node a group can fix, and the nodes no group can fix."""
+    chosen: list[int] = []
+    unfixable: list[str] = []
+    for n in nodes:
+        if not n.grant_gids:
+            unfixable.append(n.path)
+        elif not set(n.grant_gids) & set(chosen):
+            chosen.append(n.grant_gids[0])
+    return sorted(chosen), unfixable
+
+
+def build_report(
+    sysfs: SysfsSnapshot,
+    devices: DevicesSnapshot,
+    baseline: Baseline | None,
+    baseline_problem: StateFileProblem | None,
+    baseline_path: str,
+    environ: Mapping[str, str],
+    now: float,
+) -> dict[str, Any]:
+    """The whole check as a JSON-able dict; ``exit_code`` says 0 or 1. Pure."""
+    problems: list[str] = []
+    notes: list[str] = list(devices.warnings)
+    hip = hip_indices(sysfs)
+    if not sysfs.gpus:
+        problems.append("no amdgpu GPU in sysfs (driver not loaded, or /sys not the host's?)")
+
+    kfd = devices.node("/dev/kfd")
+    if kfd is None or not kfd.exists:
+        problems.append("/dev/kfd is absent: pass --device /dev/kfd (amdkfd not loaded on the host?)")
+    elif not kfd.is_char:
+        problems.append("/dev/kfd is not a character device")
+
+    # the render nodes a compute process needs: those of KFD GPU nodes that are here
+    kfd_renders = {f"/dev/dri/renderD{k.render_minor}" for k in sysfs.kfd_nodes if k.render_minor is not None}
+    renders = [n for n in devices.nodes if n.kind == "render" and n.exists and n.path in kfd_renders]
+    if sysfs.gpus and not renders:
+        problems.append("no render node of a KFD GPU is present under /dev/dri: pass --device /dev/dri/renderD<N>")
+    needed = [n for n in ([kfd] if kfd and kfd.exists and kfd.is_char else []) + renders if not n.accessible]
+    gids, unfixable = _pick_gids(needed)
+    for n in needed:
+        why = f"needs one of gids {list(n.grant_gids)}" if n.grant_gids else "no group grants read-write"
+        problems.append(f"{n.path}: this process cannot open it read-write ({why})")
+    access: dict[str, Any] = {
+        "kfd": kfd.accessible if kfd and kfd.exists else None,
+        "render_nodes": {n.path: n.accessible for n in renders},
+        "missing_gids": gids,
+        "docker": " ".join(f"--group-add {g}" for g in gids) or None,
+        "kubernetes": f"securityContext.supplementalGroups: [{', '.join(map(str, gids))}]" if gids else None,
+        "unfixable_by_groups": unfixable,
+    }
+    if unfixable:
+        problems.append(
+            "no group can open " + ", ".join(unfixable) + ": run as root, or fix the host's udev rule "
+            '(e.g. KERNEL=="kfd", GROUP="render", MODE="0660")'
+        )
+
+    conditions, _ = evaluate(sysfs, devices, baseline, None, now)
+    active = [c for c in conditions if c.active]
+    for c in active:
+        (notes if c.severity == "info" else problems).append(c.message)
+    if baseline_problem is not None:
+        problems.append(f"baseline unreadable: {baseline_problem.reason}; drift not checked")
+    elif baseline is None:
+        notes.append(f"no baseline at {baseline_path}: drift not checked")
+
+    # GPU selection from the environment
+    ordered_now = [(g.pci_bus, g.unique_id) for g in sorted(sysfs.gpus, key=lambda g: hip.get(g.pci_bus, 1 << 30))]
+    ordered_now = [x for x in ordered_now if x[0] in hip]
+    present_renders = {n.path for n in devices.nodes if n.exists}
+    render_of = {g.pci_bus: f"/dev/dri/renderD{g.render.minor}" for g in sysfs.gpus if g.render is not None}
+    # ROCr skips KFD nodes whose render node it cannot open (how a container sees only its GPUs)
+    usable = [x for x in ordered_now if render_of.get(x[0]) in present_renders]
+    selection: dict[str, Any] = {v: environ[v] for v in VISIBLE_VARS if v in environ}
+    if selection:
+        chosen, errors = select_visible(usable, environ)
+        problems.extend(errors)
+        selection["selected"] = [
+            {"index": i, "pci_bus": bdf, "uuid": _uuid(uid), "render_node": render_of.get(bdf)}
+            for i, (bdf, uid) in enumerate(chosen)
+        ]
+        if baseline is not None:
+            ordered_then = [
+                (b.pci_bus, b.unique_id)
+                for b in sorted(baseline.gpus, key=lambda b: b.hip_index or 0)
+                if b.hip_index is not None
+            ]
+            then, _ = select_visible(ordered_then, environ)
+            host_now, _ = select_visible(ordered_now, environ)
+            for i, (a, b) in enumerate(zip(then, host_now, strict=False)):
+                if a[0] != b[0]:
+                    problems.append(
+                        f"visible device {i} is {b[0]} now but was {a[0]} in the baseline: a pinned index "
+                        "points at another GPU (use GPU-<uuid> values)"
+                    )
+            if len(then) != len(host_now):
+                problems.append(f"the environment selects {len(host_now)} GPUs now, {len(then)} in the baseline")
+
+    gpus = [
+        {
+            "pci_bus": g.pci_bus,
+            "unique_id": g.unique_id,
+            "uuid": _uuid(g.unique_id),
+            "card": g.card.name if g.card else None,
+            "render": g.render.name if g.render else None,
+            "kfd_node": g.kfd_node,
+            "gpu_id": g.gpu_id,
+            "hip_index": hip.get(g.pci_bus),
+            "render_accessible": (devices.node(render_of[g.pci_bus]) or DeviceNode("", "", "render", False)).accessible
+            if g.pci_bus in render_of
+            else None,
+        }
+        for g in sorted(sysfs.gpus, key=lambda g: g.pci_bus)
+    ]
+    creds = devices.creds
+    return {
+        "ok": not problems,
+        "exit_code": EXIT_PROBLEMS if problems else EXIT_OK,
+        "process": {"euid": creds.euid, "egid": creds.egid, "groups": list(creds.groups)} if creds else None,
+        "nodes": [_node_json(n) for n in devices.nodes],
+        "gpus": gpus,
+        "access": access,
+        "baseline": {
+            "path": baseline_path,
+            "present": baseline is not None,
+            "created": baseline.created if baseline else None,
+            "boot_id": baseline.boot_id if baseline else None,
+            "same_boot": (baseline.boot_id == devices.boot_id) if baseline and devices.boot_id else None,
+            "corrupt": baseline_problem.reason if baseline_problem else None,
+        },
+        "conditions": [
+            {
+                "condition": c.kind,
+                "subject": c.subject,
+                "severity": c.severity,
+                "message": c.message,
+                "details": dict(c.details),
+            }
+            for c in active
+        ],
+        "visible_devices": selection or None,
+        "problems": problems,
+        "notes": notes,
+    }
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    lines: list[str] = []
+    problems: list[str] = report["problems"]
+    lines.append("rocm-watchdog check: " + ("OK" if not problems else f"{len(problems)} problem(s)"))
+    proc = report["process"]
+    if proc:
+        lines.append(f"process: euid {proc['euid']} egid {proc['egid']} groups {proc['groups']}")
+    lines.append("device nodes:")
+    for n in report["nodes"]:
+        if not n["present"]:
+            lines.append(f"  MISSING {n['path']}")
+            continue
+        status = "ok  " if n["accessible"] else "DENY"
+        owner = f"{n['owner'] or n['uid']}:{n['group'] or n['gid']} ({n['uid']}:{n['gid']})"
+        dev = f"{n['major']}:{n['minor']}" if n["char_device"] else "NOT A CHARACTER DEVICE"
+        acl = " +acl" if n["acl"] else ""
+        lines.append(f"  {status} {n['path']:<22} {n['mode']}{acl} {owner} {dev}")
+    lines.append("GPUs:")
+    for g in report["gpus"]:
+        lines.append(
+            f"  {g['pci_bus']} {g['card'] or '-'} {g['render'] or '-'} KFD node {g['kfd_node']} "
+            f"HIP index {g['hip_index']} {g['uuid'] or ''}".rstrip()
+        )
+    access = report["access"]
+    if access["missing_gids"]:
+        lines.append(f"to open the nodes add the groups: docker run {access['docker']} ...")
+        lines.append(f"  Kubernetes: {access['kubernetes']}")
+    vis = report["visible_devices"]
+    if vis:
+        env = ", ".join(f"{k}={vis[k]}" for k in VISIBLE_VARS if k in vis)
+        sel = ", ".join(f"{s['index']}={s['pci_bus']}" for s in vis.get("selected", [])) or "none"
+        lines.append(f"visible devices ({env}): {sel}")
+    b = report["baseline"]
+    if b["present"]:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(b["created"]))
+        boot = "this boot" if b["same_boot"] else "an earlier boot" if b["same_boot"] is False else "boot unknown"
+        lines.append(f"baseline: {b['path']} accepted {stamp} ({boot})")
+    if problems:
+        lines.append("problems:")
+        lines.extend(f"  - {p}" for p in problems)
+    if report["notes"]:
+        lines.append("notes:")
+        lines.extend(f"  - {p}" for p in report["notes"])
+    return "\n".join(lines)
+
+
+def run_check(config: Config, as_json: bool, environ: Mapping[str, str]) -> int:
+    try:
+        sysfs, devices = read_current(config)
+    except (SourceError, OSError) as e:
+        print(f"rocm-watchdog check: cannot check: {e}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"ok": False, "exit_code": EXIT_ERROR, "error": str(e)}))
+        return EXIT_ERROR
+    store = BaselineStore(config.state_dir)
+    baseline, problem = store.load(move_corrupt=False)
+    report = build_report(sysfs, devices, baseline, problem, str(store.path), environ, time.time())
+    print(json.dumps(report, indent=2) if as_json else render_text(report))
+    return int(report["exit_code"])
