@@ -1,0 +1,36 @@
+"""Kernel-log metric families (contract section 4). Pure: the state in, metric families out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporter.metrics.names import KERNEL_EVENT_LAST, KERNEL_EVENTS, KERNEL_RECORDS_LOST
+from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
+from exporter.parsers.common import normalize_bdf
+
+
+def kernel_families(state: KernelLogState | None, known_gpus: Iterable[str]) -> Iterator[Metric]:
+    """``rocm_kernel_events_total`` zero-initialised for every known GPU and every class, the last event time per
+    (GPU, class) that has one, and the kmsg records lost.
+
+    With no state yet (the source has not run successfully) nothing is emitted: a zero would be a lie when the
+    persisted counts are higher, and a counter that jumps from 0 looks like a burst of events.
+    """
+    if state is None:
+        return
+    gpus = {b for b in (normalize_bdf(g) for g in known_gpus) if b}
+    classes = list(KERNEL_CLASSES) + sorted({c for _, c in state.counts} - set(KERNEL_CLASSES))
+    events = CounterMetricFamily(KERNEL_EVENTS.name, KERNEL_EVENTS.help, labels=KERNEL_EVENTS.labels)
+    for bus in sorted(gpus | {b for b, _ in state.counts}):
+        for cls in classes:
+            events.add_metric([bus, cls], float(state.counts.get((bus, cls), 0)))
+    yield events
+    last = GaugeMetricFamily(KERNEL_EVENT_LAST.name, KERNEL_EVENT_LAST.help, labels=KERNEL_EVENT_LAST.labels)
+    for (bus, cls), seconds in sorted(state.last_event_seconds.items()):
+        last.add_metric([bus, cls], seconds)
+    yield last
+    lost = CounterMetricFamily(KERNEL_RECORDS_LOST.name, KERNEL_RECORDS_LOST.help, labels=KERNEL_RECORDS_LOST.labels)
+    lost.add_metric([], float(state.records_lost))
+    yield lost

@@ -1,0 +1,547 @@
+"""The kernel-log source: reads ``/dev/kmsg`` (or a FIFO, or a followed dmesg/journal file) without blocking,
+classifies every kernel record, counts events per (GPU, class) exactly once across restarts, and returns an
+immutable cumulative ``KernelLogState``.
+
+Exactly once: the cursor (boot id and last kmsg sequence number, or the followed file's device, inode and
+offset) is persisted in ``--state.dir`` together with the counts and the events still waiting for their
+lookahead, in one atomic write (temp file, fsync, rename, fsync dir). After a restart in the same boot the
+records up to the saved sequence number are skipped; on a new boot the whole ring buffer is counted. Counts
+are persisted too, so the counters continue across restarts and reboots; they reset only when the state file
+is lost or corrupt (a corrupt file is moved aside and reported in the state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
+
+from exporter.config import Config
+from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
+from exporter.parsers.common import normalize_bdf
+from exporter.parsers.kernel_log import KernelLogLineParser
+from exporter.sources import SourceError
+from exporter.watchdog.kernel_classify import KernelClassifier
+from exporter.watchdog.kernel_rules import KernelRules, load_rules
+
+KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
+MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the next call
+CURSOR_FILE = "kernel-log-cursor.json"
+CURSOR_VERSION = 1
+MAX_WARNINGS = 20
+AMD_VENDOR = 0x1002
+
+
+class RawReader(Protocol):
+    """What the stream reader needs from an open file: ``os.read`` semantics on a non-blocking descriptor.
+
+    ``read`` raises BlockingIOError when nothing is pending, BrokenPipeError (EPIPE) when /dev/kmsg overwrote
+    records before they were read, and returns b"" at end of file (a FIFO without a writer).
+    """
+
+    def read(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class FdReader:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, size: int) -> bytes:
+        return os.read(self.fd, size)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass(slots=True)
+class ReadResult:
+    records: list[KernelRecord] = field(default_factory=list)
+    overruns: int = 0  # EPIPE: the reader fell behind the ring buffer
+    warnings: list[str] = field(default_factory=list)
+    lines_unparsed: int = 0
+
+
+class StreamReader:
+    """Reads records from a character device (/dev/kmsg: one record per read) or a FIFO (a byte stream).
+
+    Bytes are split into lines and parsed incrementally; an incomplete last line waits for the next read.
+    """
+
+    def __init__(self, raw: RawReader, fmt: str | None) -> None:
+        self.raw = raw
+        self.parser = KernelLogLineParser(fmt)
+        self._partial = b""
+        self._lineno = 0
+
+    def _lines(self, data: bytes, out: ReadResult) -> None:
+        data = self._partial + data
+        *complete, self._partial = data.split(b"\n")
+        for raw_line in complete:
+            self._lineno += 1
+            out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
+
+    def read_available(self) -> ReadResult:
+        out = ReadResult()
+        unparsed_before = self.parser.lines_unparsed
+        warned_before = len(self.parser.warnings)
+        for _ in range(MAX_READS_PER_COLLECT):
+            try:
+                data = self.raw.read(KMSG_READ_SIZE)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                out.overruns += 1  # the position already moved to the oldest record; keep reading
+                continue
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            self._lines(data, out)
+        out.records.extend(self.parser.flush())
+        out.lines_unparsed = self.parser.lines_unparsed - unparsed_before
+        out.warnings = self.parser.warnings[warned_before:]
+        del self.parser.warnings[:]
+        return out
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class FileFollower:
+    """Follows a text log file (any dmesg or journal format): keeps its offset, handles rotation and truncation.
+
+    Rotation (the path now names another inode): the old file is read to its end, then the new one from the
+    start. Truncation (the file is shorter than the offset): read again from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.parser = KernelLogLineParser()
+        self._fd: int | None = None
+        self._ident: tuple[int, int] = (0, 0)  # (st_dev, st_ino)
+        self.offset = 0  # end of the last complete line consumed
+        self._partial = b""
+        self._lineno = 0
+
+    def open(self, cursor: Mapping[str, object] | None) -> None:
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        st = os.fstat(self._fd)
+        self._ident = (st.st_dev, st.st_ino)
+        if cursor is not None:
+            offset = cursor.get("offset")
+            if (
+                cursor.get("dev") == st.st_dev
+                and cursor.get("ino") == st.st_ino
+                and isinstance(offset, int)
+                and 0 <= offset <= st.st_size
+            ):
+                self.offset = offset
+        os.lseek(self._fd, self.offset, os.SEEK_SET)
+
+    def cursor(self) -> dict[str, object]:
+        return {"dev": self._ident[0], "ino": self._ident[1], "offset": self.offset}
+
+    def _drain(self, out: ReadResult) -> None:
+        assert self._fd is not None
+        for _ in range(MAX_READS_PER_COLLECT):
+            data = os.read(self._fd, 1 << 20)
+            if not data:
+                break
+            data = self._partial + data
+            *complete, self._partial = data.split(b"\n")
+            for raw_line in complete:
+                self._lineno += 1
+                self.offset += len(raw_line) + 1
+                out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
+
+    def _reopen(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self.offset = 0
+        self._partial = b""
+        self._lineno = 0
+        self.open(None)
+
+    def read_available(self) -> ReadResult:
+        out = ReadResult()
+        unparsed_before = self.parser.lines_unparsed
+        assert self._fd is not None
+        if os.fstat(self._fd).st_size < self.offset:  # truncated in place (copytruncate)
+            out.warnings.append(f"{self.path} was truncated; reading it again from the start")
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            self.offset, self._partial, self._lineno = 0, b"", 0
+        self._drain(out)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None  # rotated away and not recreated yet: keep the old file open
+        if st is not None and (st.st_dev, st.st_ino) != self._ident:
+            out.records.extend(self.parser.flush())
+            self._reopen()
+            self._drain(out)
+        out.records.extend(self.parser.flush())
+        out.lines_unparsed = self.parser.lines_unparsed - unparsed_before
+        out.warnings.extend(self.parser.warnings)
+        del self.parser.warnings[:]
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def gpu_ports(sysfs: Path, gpus: Sequence[str]) -> dict[str, str]:
+    """``port BDF -> GPU BDF`` for the PCIe ports directly above each GPU.
+
+    The GPU's parent port always; further up while the port below is AMD's own (the switch inside a Navi or
+    MI card, vendor 0x1002), since those ports are the same physical card.
+    """
+    ports: dict[str, str] = {}
+    for gpu in gpus:
+        try:
+            real = Path(os.path.realpath(sysfs / "bus" / "pci" / "devices" / gpu))
+        except OSError:
+            continue
+        node = real.parent
+        while normalize_bdf(node.name) is not None:
+            bdf = normalize_bdf(node.name)
+            assert bdf is not None
+            ports.setdefault(bdf, gpu)
+            try:
+                vendor = int((node / "vendor").read_text().strip(), 16)
+            except (OSError, ValueError):
+                break
+            if vendor != AMD_VENDOR:
+                break
+            node = node.parent
+    return ports
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _event_to_json(event: KernelEvent) -> dict[str, object]:
+    return {
+        "line": event.line,
+        "class": event.event_class,
+        "severity": event.severity,
+        "message": event.message,
+        "monotonic_seconds": event.monotonic_seconds,
+        "count": event.count,
+        "seq": event.seq,
+        "wall_time": event.wall_time,
+    }
+
+
+def _event_from_json(raw: Mapping[str, object]) -> KernelEvent:
+    def num(key: str) -> float | None:
+        v = raw.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    seq, line, count = raw.get("seq"), raw.get("line"), raw.get("count")
+    return KernelEvent(
+        line=line if isinstance(line, int) else 0,
+        event_class=str(raw["class"]),
+        pci_bus="unknown",
+        severity=str(raw.get("severity", "")),
+        message=str(raw.get("message", "")),
+        monotonic_seconds=num("monotonic_seconds"),
+        count=count if isinstance(count, int) else 1,
+        seq=seq if isinstance(seq, int) else None,
+        wall_time=num("wall_time"),
+    )
+
+
+class CursorError(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class _Cursor:
+    boot_id: str | None = None
+    last_seq: int | None = None
+    file: dict[str, object] | None = None
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    last: dict[tuple[str, str], float] = field(default_factory=dict)
+    records_lost: int = 0
+    pending: list[KernelEvent] = field(default_factory=list)
+
+
+def parse_cursor(text: str) -> _Cursor:
+    """The persisted cursor; CursorError when it is not one this version wrote."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise CursorError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("version") != CURSOR_VERSION:
+        raise CursorError("not a kernel-log cursor of version 1")
+    try:
+        cur = _Cursor()
+        boot = doc.get("boot_id")
+        cur.boot_id = boot if isinstance(boot, str) else None
+        seq = doc.get("last_seq")
+        if seq is not None and (not isinstance(seq, int) or seq < 0):
+            raise CursorError(f"bad last_seq {seq!r}")
+        cur.last_seq = seq
+        f = doc.get("file")
+        cur.file = dict(f) if isinstance(f, dict) else None
+        for bus, cls, n in doc.get("counts", []):
+            if not isinstance(n, int) or n < 0:
+                raise CursorError(f"bad count {n!r}")
+            cur.counts[(str(bus), str(cls))] = n
+        for bus, cls, t in doc.get("last", []):
+            cur.last[(str(bus), str(cls))] = float(t)
+        lost = doc.get("records_lost", 0)
+        if not isinstance(lost, int) or lost < 0:
+            raise CursorError(f"bad records_lost {lost!r}")
+        cur.records_lost = lost
+        cur.pending = [_event_from_json(e) for e in doc.get("pending", [])]
+    except (TypeError, ValueError, KeyError) as exc:
+        if isinstance(exc, CursorError):
+            raise
+        raise CursorError(f"malformed: {exc}") from exc
+    return cur
+
+
+class KernelLogSource:
+    """Source protocol: ``collect()`` every ``intervals_seconds["kernel-log"]`` from one thread, never blocking."""
+
+    name = "kernel-log"
+
+    def __init__(
+        self,
+        config: Config,
+        known_gpus: Callable[[], Sequence[str]],
+        rules: KernelRules | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic_clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.path = config.kernel_log_path
+        self._known_gpus = known_gpus
+        self.rules = rules if rules is not None else load_rules(config.kernel_log_rules)
+        self._wall = wall_clock
+        self._mono = monotonic_clock
+        self.cursor_path = config.state_dir / CURSOR_FILE
+        self.classifier = KernelClassifier(self.rules)
+        self._topology: tuple[str, ...] | None = None
+        self._reader: StreamReader | FileFollower | None = None
+        self._kind = ""
+        self._cursor = _Cursor()
+        self._boot_id: str | None = None
+        self._loaded = False
+        self._cursor_corrupt = False
+        self._overrun_pending = False
+        self._records_read = 0
+        self._records_ignored = 0
+        self._lines_unparsed = 0
+        self._warnings: list[str] = []
+        self._dirty = False
+
+    # -- set-up -------------------------------------------------------------------------------------------
+    def _warn(self, message: str) -> None:
+        self._warnings.append(message)
+        del self._warnings[:-MAX_WARNINGS]
+
+    def _read_boot_id(self) -> str | None:
+        try:
+            return (self.config.procfs / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+        except OSError:
+            return None
+
+    def _load_cursor(self) -> None:
+        try:
+            text = self.cursor_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SourceError(f"cannot read the kernel-log cursor {self.cursor_path}: {exc.strerror}") from exc
+        try:
+            self._cursor = parse_cursor(text)
+        except CursorError as exc:
+            aside = self.cursor_path.with_name(f"{CURSOR_FILE}.corrupt-{int(self._wall())}")
+            os.replace(self.cursor_path, aside)
+            self._cursor_corrupt = True
+            self._warn(f"kernel-log cursor {self.cursor_path} is corrupt ({exc}); moved to {aside}, counting anew")
+            self._cursor = _Cursor()
+
+    def _open(self) -> None:
+        path = self.path
+        try:
+            st = os.stat(path)
+            if stat.S_ISREG(st.st_mode):
+                follower = FileFollower(path)
+                follower.open(self._cursor.file)
+                self._reader, self._kind = follower, "file"
+                return
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except PermissionError as exc:
+            raise SourceError(
+                f"cannot open {path}: permission denied. Reading /dev/kmsg needs CAP_SYSLOG when "
+                "kernel.dmesg_restrict=1 (run as root, or as a user with AmbientCapabilities=CAP_SYSLOG in the "
+                "systemd unit; in Kubernetes add CAP_SYSLOG and mount the host's /dev/kmsg); a log file needs "
+                "read permission (usually group adm or systemd-journal)"
+            ) from exc
+        except OSError as exc:
+            raise SourceError(f"cannot open {path}: {exc.strerror or exc}") from exc
+        if stat.S_ISCHR(st.st_mode):
+            with contextlib.suppress(OSError):  # from the oldest record still in the ring buffer
+                os.lseek(fd, 0, os.SEEK_SET)
+            self._reader, self._kind = StreamReader(FdReader(fd), "kmsg"), "kmsg"
+        else:
+            self._reader, self._kind = StreamReader(FdReader(fd), None), "fifo"
+
+    def _start(self) -> None:
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._load_cursor()
+        self._boot_id = self._read_boot_id()
+        if self._cursor.boot_id != self._boot_id:
+            self._cursor.last_seq = None  # a new boot: sequence numbers restarted, the whole buffer is new
+        self._cursor.boot_id = self._boot_id
+        self.classifier.restore_pending(self._cursor.pending)
+        self._loaded = True
+
+    def _update_topology(self) -> None:
+        gpus = tuple(sorted({b for b in (normalize_bdf(g) for g in self._known_gpus()) if b}))
+        if gpus != self._topology:
+            self._topology = gpus
+            self.classifier.set_topology(gpus, gpu_ports(self.config.sysfs, gpus))
+
+    # -- counting -----------------------------------------------------------------------------------------
+    def _event_time(self, event: KernelEvent, now: float) -> float:
+        if event.wall_time is not None:
+            return event.wall_time
+        if self._kind == "kmsg" and event.monotonic_seconds is not None:
+            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend)
+            return min(now, now - self._mono() + event.monotonic_seconds)
+        return now
+
+    def _count(self, events: Sequence[KernelEvent], now: float) -> None:
+        for event in events:
+            key = (event.pci_bus, event.event_class)
+            self._cursor.counts[key] = self._cursor.counts.get(key, 0) + event.count
+            self._cursor.last[key] = self._event_time(event, now)
+            self._dirty = True
+
+    def _take(self, record: KernelRecord) -> bool:
+        """Sequence bookkeeping: False for a record already counted before a restart."""
+        if record.seq is None:
+            return True
+        last = self._cursor.last_seq
+        if last is not None and record.seq <= last:
+            return False
+        expected = 0 if last is None else last + 1
+        gap = record.seq - expected
+        if self._overrun_pending:
+            gap = max(gap, 1)
+            self._overrun_pending = False
+        if gap > 0:
+            self._cursor.records_lost += gap
+        self._cursor.last_seq = record.seq
+        self._dirty = True
+        return True
+
+    def collect(self) -> KernelLogState:
+        if not self._loaded:
+            self._start()
+        if self._reader is None:
+            self._open()
+        assert self._reader is not None
+        self._update_topology()
+        now = self._wall()
+        try:
+            result = self._reader.read_available()
+        except OSError as exc:
+            self.close()
+            raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
+        if result.overruns:
+            self._overrun_pending = True
+            self._warn(f"{self.path}: reader fell behind the kernel ring buffer ({result.overruns} overruns)")
+        for warning in result.warnings:
+            self._warn(warning)
+        self._lines_unparsed += result.lines_unparsed
+        for record in result.records:
+            if not self._take(record):
+                continue
+            self._records_read += 1
+            if not record.is_kernel:
+                self._records_ignored += 1
+                continue
+            self._count(self.classifier.feed(record), now)
+        self._count(self.classifier.expire(self._mono() if self._kind == "kmsg" else None), now)
+        if isinstance(self._reader, FileFollower) and self._reader.cursor() != self._cursor.file:
+            self._cursor.file = self._reader.cursor()
+            self._dirty = True
+        pending = [e for e, _ in self.classifier.pending()]
+        if pending != self._cursor.pending:
+            self._cursor.pending = pending
+            self._dirty = True
+        if self._dirty:
+            self._persist()
+        return self.state()
+
+    def _persist(self) -> None:
+        cur = self._cursor
+        doc = {
+            "version": CURSOR_VERSION,
+            "boot_id": cur.boot_id,
+            "last_seq": cur.last_seq,
+            "file": cur.file,
+            "counts": [[b, c, n] for (b, c), n in sorted(cur.counts.items())],
+            "last": [[b, c, t] for (b, c), t in sorted(cur.last.items())],
+            "records_lost": cur.records_lost,
+            "pending": [_event_to_json(e) for e in cur.pending],
+        }
+        try:
+            _write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
+                raise SourceError(f"cannot persist the kernel-log cursor in {self.config.state_dir}: {exc}") from exc
+            raise
+        self._dirty = False
+
+    def state(self) -> KernelLogState:
+        cur = self._cursor
+        return KernelLogState(
+            counts=MappingProxyType(dict(cur.counts)),
+            last_event_seconds=MappingProxyType(dict(cur.last)),
+            records_lost=cur.records_lost,
+            records_read=self._records_read,
+            records_ignored=self._records_ignored,
+            lines_unparsed=self._lines_unparsed,
+            boot_id=cur.boot_id,
+            last_seq=cur.last_seq,
+            source_kind=self._kind,
+            cursor_corrupt=self._cursor_corrupt,
+            warnings=tuple(self._warnings),
+        )
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
