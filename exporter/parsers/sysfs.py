@@ -1,0 +1,224 @@
+"""Pure parsers for the sysfs files of amdgpu, DRM and the KFD topology.
+
+Text in, values out; no I/O. Every function raises only ``ParseError`` for text it does not understand.
+A value the kernel prints for "unknown" (empty file, ``Unknown``) is ``None``, never 0. Formats are those
+of sysfs-devfs.md sections 1.1 and 2, checked against the captures in shared/fixtures/sysfs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.model import ParseError
+from exporter.model.gpu import KfdNode, RasCount
+from exporter.parsers.common import is_missing
+
+_INT = re.compile(r"^-?[0-9]+$")
+_DEV = re.compile(r"^([0-9]+):([0-9]+)$")
+_LINK_SPEED = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*GT/s(?:\s+PCIe)?$", re.IGNORECASE)
+_HEX_ID = re.compile(r"^(?:0x)?([0-9a-fA-F]{1,16})$")
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_RAS_LINE = re.compile(r"^(ue|ce|de)\s*:\s*(-?[0-9]+)$")
+
+
+def _single_line(text: str, what: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        raise ParseError(f"{what}: expected one line, got {len(lines)}", line=2)
+    return lines[0].strip() if lines else ""
+
+
+def parse_int_value(text: str, what: str = "value") -> int | None:
+    """A decimal sysfs integer (``8573157376\\n``, ``-1``); None for an empty file."""
+    value = _single_line(text, what)
+    if is_missing(value):
+        return None
+    if not _INT.match(value):
+        raise ParseError(f"{what}: not an integer: {value[:40]!r}", line=1)
+    return int(value)
+
+
+def parse_hex_id(text: str, what: str = "id") -> str | None:
+    """A PCI id file (``0x740f``) -> ``"0x740f"`` lower-case, 4 digits at least; None for an empty file."""
+    value = _single_line(text, what)
+    if is_missing(value):
+        return None
+    m = _HEX_ID.match(value)
+    if not m:
+        raise ParseError(f"{what}: not a hex id: {value[:40]!r}", line=1)
+    return f"0x{int(m[1], 16):04x}"
+
+
+def parse_string(text: str) -> str | None:
+    """A one-line string attribute (product_name, vbios_version, current_compute_partition); None if empty."""
+    value = text.strip()
+    return None if is_missing(value) else value
+
+
+def parse_uevent(text: str) -> dict[str, str]:
+    """``KEY=value`` lines (DRM minor, PCI function, kfd uevent). Blank lines are skipped."""
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise ParseError(f"uevent: not KEY=value: {line[:60]!r}", line=number)
+        out[key] = value
+    return out
+
+
+def parse_dev(text: str) -> tuple[int, int]:
+    """A ``dev`` attribute, ``226:128\\n`` -> (226, 128)."""
+    value = _single_line(text, "dev")
+    m = _DEV.match(value)
+    if not m:
+        raise ParseError(f"dev: not major:minor: {value[:40]!r}", line=1)
+    return int(m[1]), int(m[2])
+
+
+def parse_link_speed(text: str) -> float | None:
+    """``16.0 GT/s PCIe`` (or ``8 GT/s`` on old kernels) -> 16.0 GT/s; ``Unknown`` / empty -> None."""
+    value = _single_line(text, "link speed")
+    if is_missing(value) or value.lower().startswith("unknown"):
+        return None
+    m = _LINK_SPEED.match(value)
+    if not m:
+        raise ParseError(f"link speed: not 'N GT/s': {value[:40]!r}", line=1)
+    return float(m[1])
+
+
+def parse_link_width(text: str) -> int | None:
+    """``16`` -> 16; 0 is what the PCI core prints when the link is down or unknown, so it is None."""
+    width = parse_int_value(text, "link width")
+    return None if width is None or width <= 0 else width
+
+
+def parse_busy_percent(text: str) -> float | None:
+    """``gpu_busy_percent`` (0..100) -> a 0..1 ratio."""
+    value = parse_int_value(text, "busy percent")
+    if value is None:
+        return None
+    if not 0 <= value <= 100:
+        raise ParseError(f"busy percent out of range: {value}", line=1)
+    return value / 100.0
+
+
+def parse_millidegrees(text: str) -> float | None:
+    """hwmon ``tempN_input`` in millidegrees Celsius -> degrees Celsius."""
+    value = parse_int_value(text, "temperature")
+    return None if value is None else value / 1000.0
+
+
+def parse_microwatts(text: str) -> float | None:
+    """hwmon ``powerN_average`` / ``powerN_input`` in microwatts -> watts."""
+    value = parse_int_value(text, "power")
+    return None if value is None else value / 1_000_000.0
+
+
+def parse_ras_count(block: str, text: str) -> RasCount:
+    """``ras/<block>_err_count``: ``ue: N\\nce: N`` and on newer kernels ``de: N``, parsed by key."""
+    values: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _RAS_LINE.match(line)
+        if not m:
+            raise ParseError(f"ras {block}: not 'ue|ce|de: N': {line[:60]!r}", line=number)
+        if m[1] in values:
+            raise ParseError(f"ras {block}: {m[1]} given twice", line=number)
+        values[m[1]] = int(m[2])
+    if not values:
+        raise ParseError(f"ras {block}: empty counter file")
+    return RasCount(
+        block=block, correctable=values.get("ce"), uncorrectable=values.get("ue"), deferred=values.get("de")
+    )
+
+
+def canonical_unique_id(text: str) -> str | None:
+    """amdgpu ``unique_id`` (``%016llx``: ``0123456789abcdef``) -> ``0x123456789abcdef`` (hex(int), lower-case).
+
+    None for an empty file. The form is the one KFD's decimal unique_id maps to (``unique_id_from_kfd``).
+    """
+    value = _single_line(text, "unique_id")
+    if is_missing(value):
+        return None
+    m = _HEX_ID.match(value)
+    if not m:
+        raise ParseError(f"unique_id: not 1..16 hex digits: {value[:40]!r}", line=1)
+    return hex(int(m[1], 16))
+
+
+def unique_id_from_kfd(value: int) -> str | None:
+    """KFD's ``unique_id`` (``%llu``, the same u64 as amdgpu's) -> the canonical form; 0 means none."""
+    if value <= 0:
+        return None
+    if value >= 1 << 64:
+        raise ParseError(f"unique_id larger than 64 bits: {value}")
+    return hex(value)
+
+
+def parse_kfd_properties(text: str) -> dict[str, int]:
+    """A KFD topology ``properties`` file: ``key value`` lines, values decimal (u64 for hive_id/unique_id).
+
+    Parsed by key, never by position: the key set differs between kernels.
+    """
+    out: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not _INT.match(parts[1]):
+            raise ParseError(f"kfd properties: not 'key integer': {line[:60]!r}", line=number)
+        out[parts[0]] = int(parts[1])
+    return out
+
+
+def bdf_from_location(domain: int, location_id: int) -> str:
+    """KFD ``domain`` + ``location_id`` -> ``dddd:bb:dd.f``. The function bits carry a partition's index."""
+    if domain < 0 or location_id < 0 or location_id > 0xFFFF:
+        raise ParseError(f"kfd location out of range: domain {domain}, location_id {location_id}")
+    bus = (location_id >> 8) & 0xFF
+    dev = (location_id >> 3) & 0x1F
+    fn = location_id & 0x7
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
+
+
+def physical_bdf(bdf: str) -> str:
+    """A partition's BDF -> the PCI function of its physical GPU (function bits cleared)."""
+    if not _BDF.match(bdf):
+        raise ParseError(f"not a lower-case BDF: {bdf!r}")
+    return bdf[:-1] + "0"
+
+
+def kfd_node_from_properties(node: int, props: dict[str, int], gpu_id: int | None, name: str | None) -> KfdNode | None:
+    """One topology node -> ``KfdNode``; None for a CPU node (``simd_count`` 0).
+
+    A GPU node without ``location_id`` or ``drm_render_minor`` keeps those fields None.
+    """
+    simd = props.get("simd_count")
+    if simd is None:
+        raise ParseError(f"kfd node {node}: no simd_count key")
+    if simd <= 0:
+        return None
+    location = props.get("location_id")
+    domain = props.get("domain")
+    # Kernels before the domain key (4.x-5.x) only had PCI segment 0 in practice.
+    pci_bus = bdf_from_location(domain or 0, location) if location is not None else None
+    device = props.get("device_id")
+    render = props.get("drm_render_minor")
+    uid = props.get("unique_id")
+    return KfdNode(
+        node=node,
+        gpu_id=gpu_id,
+        render_minor=render if render is not None and render > 0 else None,
+        pci_bus=pci_bus,
+        unique_id=unique_id_from_kfd(uid) if uid is not None else None,
+        device_id=f"0x{device:04x}" if device else None,
+        domain=domain,
+        location_id=location,
+        name=name,
+    )

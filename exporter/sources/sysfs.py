@@ -1,0 +1,480 @@
+"""The sysfs source: amdgpu GPUs, their DRM minors, KFD topology nodes and cheap state, keyed by PCI address.
+
+Pure file reads under ``--path.sysfs``, no subprocess: cheap enough for every interval. The identity walk
+follows sysfs-devfs.md section 3:
+
+1. amdgpu PCI functions: ``bus/pci/drivers/amdgpu/<bdf>``, plus any ``class/drm`` minor whose parent's
+   uevent says ``DRIVER=amdgpu`` (a root without ``bus/``, as in the procfs fixture).
+2. ``class/drm/card<N>`` and ``renderD<N>`` (connectors such as ``card1-DP-1`` are not minors), each
+   resolved through its ``device`` link to a PCI function or a platform device. Parents that are not
+   amdgpu (ast/mgag200 BMC, i915/xe, simpledrm, virtio) become ``OtherDrmDevice``.
+3. KFD ``class/kfd/kfd/topology/nodes/*``: GPU nodes join a DRM render minor on ``drm_render_minor``,
+   checked against ``domain``/``location_id`` and ``unique_id``. MI300-class partitions live on
+   ``devices/platform/amdgpu_xcp.N`` (``amdgpu_xcp_N`` accepted too); their BDF, parent and partition
+   index come from KFD only (the function bits of ``location_id``).
+
+A missing file leaves that one field None. An unreadable one (EBUSY/ENODATA during a GPU reset,
+EACCES) or unparsable one does too, and adds a line to ``SysfsSnapshot.warnings``; it never fails the
+GPU or the walk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from exporter.config import Config
+from exporter.model import ParseError
+from exporter.model.gpu import DrmMinor, GpuIdentity, KfdNode, OtherDrmDevice, RasCount, SysfsSnapshot
+from exporter.parsers import sysfs as p
+from exporter.parsers.common import normalize_bdf
+from exporter.sources import SourceError
+
+T = TypeVar("T")
+
+_CARD = re.compile(r"^card([0-9]+)$")
+_RENDER = re.compile(r"^renderD([0-9]+)$")
+_BDF_NAME = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_XCP = re.compile(r"^amdgpu_xcp[._][0-9]+$")
+_TEMP_INPUT = re.compile(r"^temp([0-9]+)_input$")
+_MAX_READ = 1 << 16  # sysfs attributes are one page; anything larger is not an attribute we read
+
+_KINDS = {
+    "ast": "bmc",
+    "mgag200": "bmc",
+    "aspeed": "bmc",
+    "i915": "igpu",
+    "xe": "igpu",
+    "simpledrm": "firmware",
+    "simple-framebuffer": "firmware",
+    "efifb": "firmware",
+    "vesafb": "firmware",
+    "virtio_gpu": "virtual",
+    "virtio-pci": "virtual",
+    "vkms": "virtual",
+    "bochs-drm": "virtual",
+    "qxl": "virtual",
+    "vmwgfx": "virtual",
+    "cirrus": "virtual",
+}
+
+
+def other_kind(driver: str | None, parent: str | None) -> str:
+    """What a non-amdgpu DRM device probably is, from its driver (or platform device) name."""
+    for key in (driver, parent):
+        if key is None:
+            continue
+        kind = _KINDS.get(key)
+        if kind is None and key.startswith(("simple-framebuffer", "simpledrm")):
+            kind = "firmware"
+        if kind is None and key.startswith("virtio"):
+            kind = "virtual"
+        if kind is not None:
+            return kind
+    return "other"
+
+
+class _Reader:
+    """File access with the source's error policy: missing -> None quietly, unreadable -> None + warning."""
+
+    def __init__(self, sysfs: Path) -> None:
+        self.bases = (sysfs, Path(os.path.realpath(sysfs)))
+        self.warnings: list[str] = []
+
+    def rel(self, path: Path | str) -> str:
+        """The path relative to the sysfs root, for messages."""
+        for base in self.bases:
+            try:
+                return Path(path).relative_to(base).as_posix()
+            except ValueError:
+                continue
+        return str(path)
+
+    def text(self, path: Path) -> str | None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(_MAX_READ)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, "error")
+            self.warnings.append(f"{self.rel(path)}: unreadable ({name}: {exc.strerror})")
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def value(self, path: Path, parse: Callable[[str], T | None]) -> T | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ParseError as exc:
+            self.warnings.append(f"{self.rel(path)}: {exc}")
+            return None
+
+    def listdir(self, path: Path) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, "error")
+            self.warnings.append(f"{self.rel(path)}: cannot list ({name}: {exc.strerror})")
+            return []
+
+
+@dataclass
+class _Parent:
+    """A device that owns DRM minors (or an amdgpu PCI function without any)."""
+
+    path: str  # resolved path
+    name: str  # basename: a BDF or a platform device name
+    bdf: str | None
+    driver: str | None
+    minors: list[DrmMinor] = field(default_factory=list)
+
+    @property
+    def card(self) -> DrmMinor | None:
+        cards = [m for m in self.minors if m.kind == "card"]
+        return min(cards, key=lambda m: m.minor) if cards else None
+
+    @property
+    def render(self) -> DrmMinor | None:
+        renders = [m for m in self.minors if m.kind == "render"]
+        return min(renders, key=lambda m: m.minor) if renders else None
+
+
+def _driver_of(reader: _Reader, device: Path, uevent: dict[str, str]) -> str | None:
+    if "DRIVER" in uevent:
+        return uevent["DRIVER"] or None
+    try:
+        return os.path.basename(os.readlink(device / "driver"))
+    except OSError:
+        return None
+
+
+def _uevent(reader: _Reader, path: Path) -> dict[str, str]:
+    return reader.value(path / "uevent", p.parse_uevent) or {}
+
+
+def _parent_of(reader: _Reader, real: str) -> _Parent:
+    device = Path(real)
+    name = device.name
+    uevent = _uevent(reader, device)
+    bdf = normalize_bdf(name) if _BDF_NAME.match(name) else normalize_bdf(uevent.get("PCI_SLOT_NAME"))
+    return _Parent(path=real, name=name, bdf=bdf, driver=_driver_of(reader, device, uevent))
+
+
+def _read_drm(reader: _Reader, sysfs: Path) -> list[tuple[DrmMinor, str]]:
+    """Every card/render minor in ``class/drm`` with its parent's resolved path."""
+    out: list[tuple[DrmMinor, str]] = []
+    class_drm = sysfs / "class" / "drm"
+    for name in reader.listdir(class_drm):
+        card, render = _CARD.match(name), _RENDER.match(name)
+        if not card and not render:
+            continue  # connectors (card1-DP-1), controlD*, version
+        entry = class_drm / name
+        device = entry / "device"
+        if not device.exists():
+            reader.warnings.append(f"class/drm/{name}: no device link, skipped")
+            continue
+        real = os.path.realpath(device)
+        number = int((card or render)[1])  # type: ignore[index]
+        dev = reader.value(entry / "dev", p.parse_dev)
+        if dev is not None and dev[1] != number:
+            reader.warnings.append(f"class/drm/{name}: dev {dev[0]}:{dev[1]} does not match the name")
+        minor = DrmMinor(
+            name=name,
+            kind="card" if card else "render",
+            minor=number,
+            dev=dev,
+            parent=None,  # filled in once the parent is known
+        )
+        out.append((minor, real))
+    return out
+
+
+def _read_kfd(reader: _Reader, sysfs: Path) -> tuple[list[KfdNode], tuple[int, int] | None]:
+    kfd = sysfs / "class" / "kfd" / "kfd"
+    kfd_dev = reader.value(kfd / "dev", p.parse_dev)
+    nodes_dir = kfd / "topology" / "nodes"
+    numbers = sorted(int(n) for n in reader.listdir(nodes_dir) if n.isdigit())
+    nodes: list[KfdNode] = []
+    for number in numbers:
+        node_dir = nodes_dir / str(number)
+        props = reader.value(node_dir / "properties", p.parse_kfd_properties)
+        if props is None:
+            if (node_dir / "properties").exists():
+                continue  # unreadable or garbage: already a warning
+            reader.warnings.append(f"{reader.rel(node_dir)}: no properties file")
+            continue
+        gpu_id = reader.value(node_dir / "gpu_id", lambda t: p.parse_int_value(t, "gpu_id"))
+        name = reader.value(node_dir / "name", p.parse_string)
+        try:
+            node = p.kfd_node_from_properties(number, props, gpu_id, name)
+        except ParseError as exc:
+            reader.warnings.append(f"{reader.rel(node_dir)}: {exc}")
+            continue
+        if node is not None:
+            nodes.append(node)
+    return nodes, kfd_dev
+
+
+def _read_hwmon(reader: _Reader, device: Path) -> tuple[tuple[tuple[str, float], ...], float | None]:
+    temps: list[tuple[int, str, float]] = []
+    power: float | None = None
+    for hw in reader.listdir(device / "hwmon"):
+        if not hw.startswith("hwmon"):
+            continue
+        hw_dir = device / "hwmon" / hw
+        for name in reader.listdir(hw_dir):
+            m = _TEMP_INPUT.match(name)
+            if not m:
+                continue
+            value = reader.value(hw_dir / name, p.parse_millidegrees)
+            if value is None:
+                continue
+            label = reader.value(hw_dir / f"temp{m[1]}_label", p.parse_string) or f"temp{m[1]}"
+            temps.append((int(m[1]), label, value))
+        if power is None:
+            # power1_average on older ASICs, power1_input on newer ones (MI300): the average wins when both exist.
+            for name in ("power1_average", "power1_input"):
+                power = reader.value(hw_dir / name, p.parse_microwatts)
+                if power is not None:
+                    break
+    temps.sort()
+    return tuple((label, value) for _, label, value in temps), power
+
+
+def _read_ras(reader: _Reader, device: Path) -> tuple[RasCount, ...]:
+    out: list[RasCount] = []
+    for name in reader.listdir(device / "ras"):
+        if not name.endswith("_err_count"):
+            continue
+        block = name[: -len("_err_count")]
+        count = reader.value(device / "ras" / name, lambda t, b=block: p.parse_ras_count(b, t))  # type: ignore[misc]
+        if count is not None:
+            out.append(count)
+    return tuple(out)
+
+
+def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
+    d = Path(parent.path)
+    assert parent.bdf is not None
+    gpu = GpuIdentity(
+        pci_bus=parent.bdf,
+        unique_id=reader.value(d / "unique_id", p.canonical_unique_id),
+        card=parent.card,
+        render=parent.render,
+        compute_partition=reader.value(d / "current_compute_partition", p.parse_string),
+        memory_partition=reader.value(d / "current_memory_partition", p.parse_string),
+        driver=parent.driver or "amdgpu",
+        vendor_id=reader.value(d / "vendor", p.parse_hex_id),
+        device_id=reader.value(d / "device", p.parse_hex_id),
+        model=reader.value(d / "product_name", p.parse_string),
+        vbios=reader.value(d / "vbios_version", p.parse_string),
+        numa_node=reader.value(d / "numa_node", p.parse_int_value),
+    )
+    if not with_state:
+        return gpu
+    temps, power = _read_hwmon(reader, d)
+    return replace(
+        gpu,
+        vram_total_bytes=reader.value(d / "mem_info_vram_total", p.parse_int_value),
+        vram_used_bytes=reader.value(d / "mem_info_vram_used", p.parse_int_value),
+        busy_ratio=reader.value(d / "gpu_busy_percent", p.parse_busy_percent),
+        temperatures_celsius=temps,
+        power_watts=power,
+        pcie_link_speed_gts=reader.value(d / "current_link_speed", p.parse_link_speed),
+        pcie_link_width=reader.value(d / "current_link_width", p.parse_link_width),
+        ras=_read_ras(reader, d),
+    )
+
+
+def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
+    """Walk ``sysfs`` (the directory that plays ``/sys``) once. See the module docstring.
+
+    ``with_state=False`` skips the per-interval values (VRAM, busy, hwmon, link, RAS) and keeps the
+    identity (BDF, unique_id, minors, KFD, partition modes, ids, numa node). Raises SourceError only when
+    ``sysfs`` itself cannot be listed; no amdgpu at all is an empty snapshot.
+    """
+    try:
+        os.listdir(sysfs)
+    except OSError as exc:
+        raise SourceError(f"sysfs root {sysfs} is unusable: {exc.strerror or exc}") from exc
+    reader = _Reader(sysfs)
+
+    # 1. amdgpu PCI functions bound to the driver, by resolved path.
+    parents: dict[str, _Parent] = {}
+    amdgpu_paths: set[str] = set()
+    drv = sysfs / "bus" / "pci" / "drivers" / "amdgpu"
+    for name in reader.listdir(drv):
+        if not _BDF_NAME.match(name):
+            continue  # bind, unbind, new_id, module, uevent
+        real = os.path.realpath(drv / name)
+        if not os.path.isdir(real):
+            reader.warnings.append(f"bus/pci/drivers/amdgpu/{name}: dangling link")
+            continue
+        parent = _parent_of(reader, real)
+        parent.bdf = normalize_bdf(name)
+        parent.driver = "amdgpu"
+        parents[real] = parent
+        amdgpu_paths.add(real)
+
+    # 2. DRM minors, grouped by parent device.
+    for minor, real in _read_drm(reader, sysfs):
+        if real not in parents:
+            parent = parents[real] = _parent_of(reader, real)
+            if parent.driver == "amdgpu" and parent.bdf is not None and not _XCP.match(parent.name):
+                amdgpu_paths.add(real)
+        parent = parents[real]
+        parent.minors.append(replace(minor, parent=parent.bdf or parent.name))
+
+    kfd_nodes, kfd_dev = _read_kfd(reader, sysfs)
+
+    pci_gpus: dict[str, GpuIdentity] = {}
+    for real in sorted(amdgpu_paths, key=lambda r: parents[r].bdf or ""):
+        parent = parents[real]
+        assert parent.bdf is not None
+        if parent.bdf in pci_gpus:
+            reader.warnings.append(f"{parent.bdf}: two devices claim this PCI address, kept the first")
+            continue
+        pci_gpus[parent.bdf] = _pci_gpu(reader, parent, with_state)
+
+    xcps = {parents[r].name: parents[r] for r in parents if r not in amdgpu_paths and _XCP.match(parents[r].name)}
+    others = [par for r, par in parents.items() if r not in amdgpu_paths and not _XCP.match(par.name) and par.minors]
+
+    # Which device owns each render minor.
+    owner: dict[int, tuple[Literal["pci", "xcp"], str]] = {}
+    for bdf, gpu in pci_gpus.items():
+        if gpu.render is not None:
+            owner[gpu.render.minor] = ("pci", bdf)
+    for name, par in xcps.items():
+        if par.render is not None:
+            owner[par.render.minor] = ("xcp", name)
+
+    # 3. Join KFD GPU nodes.
+    partitions: dict[str, GpuIdentity] = {}
+    joined_xcp: set[str] = set()
+    seen_pci: dict[str, int] = {}
+    for hip_index, node in enumerate(kfd_nodes):
+        where = f"KFD node {node.node}"
+        if node.render_minor is None:
+            reader.warnings.append(f"{where}: no drm_render_minor, not joined")
+            continue
+        found = owner.get(node.render_minor)
+        if found is None:
+            reader.warnings.append(f"{where}: render minor {node.render_minor} has no DRM render node in class/drm")
+            continue
+        kind, key = found
+        if kind == "pci":
+            gpu = pci_gpus[key]
+            if key in seen_pci:
+                reader.warnings.append(f"{where}: renderD{node.render_minor} already joined to node {seen_pci[key]}")
+                continue
+            seen_pci[key] = node.node
+            if node.pci_bus is not None and node.pci_bus != key:
+                reader.warnings.append(
+                    f"{where}: location_id/domain say {node.pci_bus} but renderD{node.render_minor} belongs to {key}"
+                )
+            _check_unique_id(reader, where, node, gpu.unique_id, key)
+            pci_gpus[key] = replace(gpu, kfd_node=node.node, gpu_id=node.gpu_id, hip_index=hip_index)
+            continue
+        xcp = xcps[key]
+        if node.pci_bus is None:
+            reader.warnings.append(f"{where}: partition {key} has no location_id, parent unknown")
+            continue
+        bdf = node.pci_bus
+        parent_bdf = p.physical_bdf(bdf)
+        if bdf in pci_gpus or bdf in partitions:
+            reader.warnings.append(f"{where}: partition {key} claims {bdf}, which is already taken")
+            continue
+        parent_gpu = pci_gpus.get(parent_bdf)
+        if parent_gpu is None:
+            reader.warnings.append(f"{where}: partition {key} at {bdf} has no amdgpu parent at {parent_bdf}")
+        else:
+            _check_unique_id(reader, where, node, parent_gpu.unique_id, parent_bdf)
+        joined_xcp.add(key)
+        partitions[bdf] = GpuIdentity(
+            pci_bus=bdf,
+            unique_id=node.unique_id or (parent_gpu.unique_id if parent_gpu else None),
+            card=xcp.card,
+            render=xcp.render,
+            kfd_node=node.node,
+            gpu_id=node.gpu_id,
+            parent_pci_bus=parent_bdf,
+            partition_index=int(bdf[-1]),
+            compute_partition=parent_gpu.compute_partition if parent_gpu else None,
+            memory_partition=parent_gpu.memory_partition if parent_gpu else None,
+            driver="amdgpu",
+            vendor_id=parent_gpu.vendor_id if parent_gpu else None,
+            device_id=(parent_gpu.device_id if parent_gpu else None) or node.device_id,
+            model=parent_gpu.model if parent_gpu else None,
+            vbios=parent_gpu.vbios if parent_gpu else None,
+            numa_node=parent_gpu.numa_node if parent_gpu else None,
+            hip_index=hip_index,
+            partition_device=key,
+        )
+
+    # Partition 0 of a partitioned GPU is the PCI function itself.
+    for part in partitions.values():
+        parent_gpu = pci_gpus.get(part.parent_pci_bus or "")
+        if parent_gpu is not None and parent_gpu.partition_index is None:
+            pci_gpus[parent_gpu.pci_bus] = replace(parent_gpu, parent_pci_bus=parent_gpu.pci_bus, partition_index=0)
+
+    gpus = sorted([*pci_gpus.values(), *partitions.values()], key=lambda g: g.pci_bus)
+    with_card = sorted((g for g in gpus if g.card is not None), key=lambda g: g.card.minor if g.card else 0)
+    smi_rank = {g.pci_bus: i for i, g in enumerate(with_card)}
+    gpus = [replace(g, rocm_smi_index=smi_rank.get(g.pci_bus)) for g in gpus]
+
+    def as_other(par: _Parent, kind: str) -> OtherDrmDevice:
+        minors = tuple(sorted(par.minors, key=lambda m: (m.kind != "card", m.minor)))
+        return OtherDrmDevice(
+            name=minors[0].name if minors else par.name,
+            driver=par.driver,
+            parent=par.bdf or par.name,
+            minors=minors,
+            kind=kind,
+        )
+
+    other_drm = sorted(
+        (as_other(par, other_kind(par.driver, par.name)) for par in others), key=lambda o: (len(o.name), o.name)
+    )
+    idle = sorted(
+        (as_other(par, "amdgpu") for name, par in xcps.items() if name not in joined_xcp and par.minors),
+        key=lambda o: (len(o.name), o.name),
+    )
+    return SysfsSnapshot(
+        gpus=tuple(gpus),
+        other_drm=tuple(other_drm),
+        kfd_nodes=tuple(kfd_nodes),
+        kfd_dev=kfd_dev,
+        warnings=tuple(reader.warnings),
+        idle_partitions=tuple(idle),
+    )
+
+
+def _check_unique_id(reader: _Reader, where: str, node: KfdNode, sysfs_uid: str | None, bdf: str) -> None:
+    if node.unique_id is not None and sysfs_uid is not None and node.unique_id != sysfs_uid:
+        reader.warnings.append(f"{where}: unique_id {node.unique_id} differs from {bdf}'s {sysfs_uid}")
+
+
+class SysfsSource:
+    """The ``sysfs`` source: ``read_sysfs(config.sysfs)`` on every interval."""
+
+    name = "sysfs"
+
+    def __init__(self, config: Config, with_state: bool = True) -> None:
+        self._sysfs = config.sysfs
+        self._with_state = with_state
+
+    def collect(self) -> SysfsSnapshot:
+        return read_sysfs(self._sysfs, with_state=self._with_state)
+
+    def close(self) -> None:
+        """Nothing is held open between runs."""

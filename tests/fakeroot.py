@@ -1,0 +1,821 @@
+"""A realistic fake host root for tests: ``<root>/sys``, ``<root>/dev``, ``<root>/proc``, ``<root>/etc``.
+
+Built the way the kernel and udev lay a real AMD GPU node out (sysfs-devfs.md section 1), with real
+relative symlinks, real character devices (``os.mknod``; the tests run as root) and real files:
+
+- ``sys/devices/pci<dom>:<bus>/<dom>:<bus>:01.1/<bdf>/``: the PCI function of each GPU with its amdgpu
+  attributes, ``driver``/``subsystem`` links, ``hwmon/hwmonN/``, ``ras/`` and ``drm/{cardN,renderDN}/``
+  (each with ``dev``, ``uevent`` and a ``device`` link back to the function, ``../../../<bdf>``).
+- ``sys/class/drm/<minor>`` -> ``../../devices/.../drm/<minor>``; connectors (``card1-DP-1``) as
+  subdirectories of the card and as class links; ``sys/dev/char/226:N`` links; ``sys/class/hwmon``.
+- ``sys/bus/pci/drivers/amdgpu/<bdf>`` (with ``bind``/``unbind``/``new_id``/``module`` beside them),
+  ``sys/bus/pci/devices/<bdf>``, ``sys/module/amdgpu/drivers/pci:amdgpu``.
+- ``sys/devices/platform/amdgpu_xcp.N/drm/...`` for MI300-class partitions (partition 0 of a GPU is the
+  PCI function itself; partitions 1..7 are platform devices numbered across all GPUs).
+- ``sys/class/kfd/kfd`` -> ``../../devices/virtual/kfd/kfd`` with ``dev`` (``<kfd major>:0``) and
+  ``topology/{generation_id,system_properties,nodes/<N>/{properties,gpu_id,name}}``: CPU nodes first, then
+  the GPU nodes at the numbers the spec gives. Properties are generated, or copied verbatim from a
+  ``shared/fixtures/sysfs/kfd-topology`` capture (``capture_gpus``).
+- ``dev/kfd``, ``dev/dri/card*``, ``dev/dri/renderD*``: character devices with mode, uid and gid as a
+  udev rule set would leave them; ``dev/dri/by-path/pci-<bdf>-{card,render}`` -> ``../<minor>``
+  (``platform-<name>-...`` for platform devices).
+- ``etc/group``, ``etc/passwd``, ``proc/sys/kernel/random/boot_id``, and an empty ``var/lib/rocm-watchdog``
+  to use as the state dir.
+
+The spec (``FakeRoot.gpus``, ``others``, ``kfd_major``, permissions...) is kept on the object; the
+mutators change it and rebuild ``sys`` and ``dev`` the way a reboot would, leaving ``etc``, ``proc`` and
+the state dir alone. Per-node permission overrides (``chmod``/``chown``/``chgrp``) are applied directly
+and survive rebuilds, like a site udev rule would.
+
+Example::
+
+    root = build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1)],
+                      others=[FakeOther.bmc("0000:63:00.0", card=0)])
+    snap = read_sysfs(root.sys)
+    root.renumber("0000:03:00.0", card=2, render=129)   # a reboot that moved the nodes
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.config import Config
+
+DRM_MAJOR = 226
+FIXTURES = Path("/work/shared/fixtures")
+KFD_CAPTURES = FIXTURES / "sysfs" / "kfd-topology"
+
+DEFAULT_GIDS: dict[str, int] = {"video": 44, "render": 109}  # Debian/Ubuntu: static video, dynamic render
+DEFAULT_MODES: dict[str, int] = {"card": 0o660, "render": 0o660, "kfd": 0o660}
+DEFAULT_GROUPS: dict[str, str | int] = {"card": "video", "render": "render", "kfd": "render"}
+
+_KFD_GPU_KEYS = [
+    "cpu_cores_count",
+    "simd_count",
+    "mem_banks_count",
+    "caches_count",
+    "io_links_count",
+    "p2p_links_count",
+    "cpu_core_id_base",
+    "simd_id_base",
+    "max_waves_per_simd",
+    "lds_size_in_kb",
+    "gds_size_in_kb",
+    "num_gws",
+    "wave_front_size",
+    "array_count",
+    "simd_arrays_per_engine",
+    "cu_per_simd_array",
+    "simd_per_cu",
+    "max_slots_scratch_cu",
+    "gfx_target_version",
+    "vendor_id",
+    "device_id",
+    "location_id",
+    "domain",
+    "drm_render_minor",
+    "hive_id",
+    "num_sdma_engines",
+    "num_sdma_xgmi_engines",
+    "num_sdma_queues_per_engine",
+    "num_cp_queues",
+    "max_engine_clk_fcompute",
+    "local_mem_size",
+    "fw_version",
+    "capability",
+    "debug_prop",
+    "sdma_fw_version",
+    "unique_id",
+    "num_xcc",
+    "max_engine_clk_ccompute",
+]
+
+
+def _bdf_parts(bdf: str) -> tuple[int, int, int, int]:
+    m = re.match(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$", bdf)
+    if not m:
+        raise ValueError(f"not a lower-case BDF: {bdf!r}")
+    return int(m[1], 16), int(m[2], 16), int(m[3], 16), int(m[4])
+
+
+def location_id(bdf: str) -> int:
+    """``0000:63:00.0`` -> 0x6300: the KFD encoding, ``(bus << 8) | (dev << 3) | fn``."""
+    _, bus, dev, fn = _bdf_parts(bdf)
+    return (bus << 8) | (dev << 3) | fn
+
+
+@dataclass
+class FakeXcp:
+    """One partition of an MI300-class GPU on the platform device ``amdgpu_xcp.<xcp>``.
+
+    ``index`` (1..7) is the partition number KFD puts in the BDF function bits. ``kfd_node`` None: the
+    partition has DRM minors but KFD does not list it (spare render nodes in SPX/DPX mode).
+    ``card``/``render`` None: that minor is absent (the registration failed, e.g. past 64 primaries).
+    """
+
+    xcp: int
+    index: int
+    card: int | None
+    render: int | None
+    kfd_node: int | None = None
+    gpu_id: int | None = None
+    kfd_properties: str | None = None  # verbatim text; drm_render_minor is rewritten to ``render``
+    kfd_name: str | None = None
+    separator: str = "."  # the kernel names it amdgpu_xcp.N; "_" for the spelling k8s-device-plugin globs
+
+    @property
+    def name(self) -> str:
+        return f"amdgpu_xcp{self.separator}{self.xcp}"
+
+
+@dataclass
+class FakeGpu:
+    """One amdgpu PCI function. Every attribute file can be dropped with ``omit`` (its file name) or made
+    unreadable with ``unreadable`` (the file becomes a directory, so reading it fails with EISDIR; root
+    ignores permission bits, and this stands in for EBUSY/ENODATA during a reset)."""
+
+    bdf: str
+    card: int | None = None
+    render: int | None = None
+    kfd_node: int | None = None  # None: no KFD topology node for this GPU
+    unique_id: int | None = 0x5A4AD1C2A8BA3E1F  # written as amdgpu does, %016x; KFD gets it in decimal
+    device_id: int = 0x740F
+    vendor_id: int = 0x1002
+    gpu_id: int | None = None
+    kfd_properties: str | None = None  # verbatim text from a capture; drm_render_minor is rewritten
+    kfd_name: str | None = None
+    kfd_location: str | None = None  # the BDF KFD reports, when it must disagree with ``bdf``
+    numa_node: int = -1
+    product_name: str = "AMD Instinct MI210"
+    vbios: str = "113-D67301-063"
+    vram_total: int | None = 68_702_699_520
+    vram_used: int | None = 10_485_760
+    busy_percent: int | None = 0
+    temps_millidegrees: tuple[tuple[str, int], ...] = (("edge", 35000), ("junction", 38000), ("mem", 33000))
+    power_microwatts: int | None = 42_000_000
+    power_file: str = "power1_average"  # power1_input on newer ASICs
+    link_speed: str | None = "16.0 GT/s PCIe"
+    link_width: int | None = 16
+    ras: tuple[tuple[str, str], ...] = (("umc", "ue: 0\nce: 0\n"), ("gfx", "ue: 0\nce: 0\n"))
+    compute_partition: str | None = None  # "SPX".."CPX"; None: the file does not exist (pre-MI300)
+    memory_partition: str | None = None
+    connectors: tuple[str, ...] = ()  # ("DP-1",) -> card<N>-DP-1
+    partitions: tuple[FakeXcp, ...] = ()
+    omit: frozenset[str] = frozenset()
+    unreadable: frozenset[str] = frozenset()
+    pci_path: str | None = None  # parents under devices/, e.g. "pci0000:00/0000:00:01.1"; derived by default
+    hwmon: int | None = None  # hwmonN number; assigned in order when None
+
+
+@dataclass
+class FakeOther:
+    """A DRM device that is not amdgpu: BMC (ast/mgag200), iGPU (i915/xe), simpledrm, virtio-gpu.
+
+    ``bdf`` set: a PCI function bound to ``driver``. Otherwise ``device_path`` (under ``devices/``) is the
+    parent, e.g. ``platform/simple-framebuffer.0``.
+    """
+
+    driver: str
+    card: int | None
+    render: int | None = None
+    bdf: str | None = None
+    device_path: str | None = None
+    connectors: tuple[str, ...] = ()
+
+    @classmethod
+    def bmc(cls, bdf: str = "0000:c2:00.0", card: int = 0, driver: str = "ast") -> FakeOther:
+        return cls(driver=driver, card=card, bdf=bdf, connectors=("VGA-1",))
+
+    @classmethod
+    def igpu(cls, bdf: str = "0000:00:02.0", card: int = 0, render: int = 128, driver: str = "i915") -> FakeOther:
+        return cls(driver=driver, card=card, render=render, bdf=bdf, connectors=("eDP-1", "DP-1"))
+
+    @classmethod
+    def simpledrm(cls, card: int = 0) -> FakeOther:
+        return cls(driver="simple-framebuffer", card=card, device_path="platform/simple-framebuffer.0")
+
+    @classmethod
+    def virtio(cls, card: int = 0, render: int = 128) -> FakeOther:
+        return cls(driver="virtio_gpu", card=card, render=render, device_path="pci0000:00/0000:00:02.0/virtio0")
+
+
+@dataclass
+class NodeAttrs:
+    """Permission override for one /dev node (path relative to ``dev``): None keeps the default."""
+
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass
+class FakeRoot:
+    """The built tree and the spec it was built from. Paths: ``root``, ``sys``, ``dev``, ``proc``, ``etc``."""
+
+    root: Path
+    gpus: list[FakeGpu]
+    others: list[FakeOther] = field(default_factory=list)
+    kfd_major: int | None = 510  # None: amdgpu loaded without KFD (no /dev/kfd, no class/kfd)
+    cpu_nodes: int = 1  # KFD CPU nodes, numbered first
+    modes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MODES))
+    groups: dict[str, str | int] = field(default_factory=lambda: dict(DEFAULT_GROUPS))  # kind -> name or gid
+    gids: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_GIDS))  # the host's etc/group
+    overrides: dict[str, NodeAttrs] = field(default_factory=dict)
+    by_path: bool = True
+    group_file: str | None = None  # verbatim etc/group; None: generated from ``gids``
+    kfd_generation_id: str = "2\n"
+    kfd_system_properties: str = "platform_oem 0\nplatform_id 0\nplatform_rev 0\n"
+
+    @property
+    def sys(self) -> Path:
+        return self.root / "sys"
+
+    @property
+    def dev(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def proc(self) -> Path:
+        return self.root / "proc"
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "var" / "lib" / "rocm-watchdog"
+
+    @property
+    def boot_id_path(self) -> Path:
+        return self.proc / "sys" / "kernel" / "random" / "boot_id"
+
+    def config(self, **overrides: object) -> Config:
+        """A Config pointing every host path into this root."""
+        kw: dict[str, object] = {
+            "rootfs": self.root,
+            "sysfs": self.sys,
+            "devfs": self.dev,
+            "procfs": self.proc,
+            "state_dir": self.state_dir,
+        }
+        kw.update(overrides)
+        return Config(**kw)  # type: ignore[arg-type]
+
+    def gpu(self, bdf: str) -> FakeGpu:
+        for gpu in self.gpus:
+            if gpu.bdf == bdf:
+                return gpu
+        raise KeyError(bdf)
+
+    def pci_dir(self, bdf: str) -> Path:
+        """The PCI function's directory under ``sys/devices`` (the resolved target of class/drm/X/device)."""
+        for gpu in self.gpus:
+            if gpu.bdf == bdf:
+                return self.sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path)
+        for other in self.others:
+            if other.bdf == bdf:
+                return self.sys / "devices" / _pci_rel(bdf, None)
+        raise KeyError(bdf)
+
+    # ---- mutators -------------------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Rebuild ``sys`` and ``dev`` from the spec (what a reboot does); etc, proc, state dir are kept."""
+        for sub in (self.sys, self.dev):
+            if sub.exists():
+                shutil.rmtree(sub)
+        _build_sys(self)
+        _build_dev(self)
+
+    def reboot(self, boot_id: str | None = None) -> str:
+        """A reboot: new boot id, tree rebuilt from the (possibly changed) spec. Returns the new boot id."""
+        new = boot_id or str(uuid.uuid4())
+        self.set_boot_id(new)
+        self.rebuild()
+        return new
+
+    def renumber(
+        self, bdf: str, card: int | None = None, render: int | None = None, kfd_node: int | None = None
+    ) -> None:
+        """Give a GPU new card/render/KFD numbers (None: unchanged) and rebuild."""
+        gpu = self.gpu(bdf)
+        if card is not None:
+            gpu.card = card
+        if render is not None:
+            gpu.render = render
+        if kfd_node is not None:
+            gpu.kfd_node = kfd_node
+        self.rebuild()
+
+    def remove_gpu(self, bdf: str) -> FakeGpu:
+        gpu = self.gpu(bdf)
+        self.gpus.remove(gpu)
+        self.rebuild()
+        return gpu
+
+    def add_gpu(self, gpu: FakeGpu) -> None:
+        self.gpus.append(gpu)
+        self.rebuild()
+
+    def add_other(self, other: FakeOther) -> None:
+        self.others.append(other)
+        self.rebuild()
+
+    def remove_other(self, other: FakeOther) -> None:
+        self.others.remove(other)
+        self.rebuild()
+
+    def set_kfd_major(self, major: int | None) -> None:
+        self.kfd_major = major
+        self.rebuild()
+
+    def set_partition(self, bdf: str, compute: str | None, memory: str | None = None) -> None:
+        """Write current_compute_partition / current_memory_partition in place (no rebuild)."""
+        gpu = self.gpu(bdf)
+        gpu.compute_partition = compute
+        gpu.memory_partition = memory if memory is not None else gpu.memory_partition
+        d = self.pci_dir(bdf)
+        for name, value in (("current_compute_partition", compute), ("current_memory_partition", memory)):
+            if value is not None:
+                (d / name).write_text(value + "\n")
+
+    def write_attr(self, bdf: str, name: str, text: str) -> None:
+        """Overwrite one attribute file of a GPU's PCI function (relative path, e.g. ``ras/umc_err_count``)."""
+        (self.pci_dir(bdf) / name).write_text(text)
+
+    def chmod(self, path: str, mode: int) -> None:
+        """Change a /dev node's mode (path relative to ``dev``: ``kfd``, ``dri/renderD128``); survives rebuilds."""
+        self.overrides.setdefault(path, NodeAttrs()).mode = mode
+        os.chmod(self.dev / path, mode)
+
+    def chown(self, path: str, uid: int | None = None, gid: int | None = None) -> None:
+        attrs = self.overrides.setdefault(path, NodeAttrs())
+        if uid is not None:
+            attrs.uid = uid
+        if gid is not None:
+            attrs.gid = gid
+        os.chown(self.dev / path, -1 if uid is None else uid, -1 if gid is None else gid, follow_symlinks=False)
+
+    def chgrp(self, path: str, group: str | int) -> None:
+        """chgrp by host group name (looked up in ``gids``) or numeric gid."""
+        self.chown(path, gid=self.gids[group] if isinstance(group, str) else group)
+
+    def set_gid(self, group: str, gid: int, relabel: bool = True) -> None:
+        """The host's gid of ``group`` changed (an OS reinstall). ``relabel``: the nodes follow, as udev would."""
+        self.gids[group] = gid
+        _write_etc(self)
+        if relabel:
+            self.rebuild()
+
+    def set_boot_id(self, boot_id: str) -> None:
+        self.boot_id_path.parent.mkdir(parents=True, exist_ok=True)
+        self.boot_id_path.write_text(boot_id + "\n")
+
+    def mknod(self, path: str, major: int, minor: int, mode: int = 0o660, uid: int = 0, gid: int = 0) -> None:
+        """Replace (or create) a /dev node with an arbitrary major:minor, e.g. a stale static /dev entry."""
+        target = self.dev / path
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        _mknod(target, major, minor, mode, uid, gid)
+
+    def remove_node(self, path: str) -> None:
+        (self.dev / path).unlink()
+
+
+# ---- building -------------------------------------------------------------------------------------------
+
+
+def build_root(
+    tmp_path: Path,
+    gpus: list[FakeGpu],
+    others: list[FakeOther] | None = None,
+    *,
+    kfd_major: int | None = 510,
+    cpu_nodes: int = 1,
+    modes: dict[str, int] | None = None,
+    groups: dict[str, str | int] | None = None,
+    gids: dict[str, int] | None = None,
+    group_file: str | None = None,
+    by_path: bool = True,
+    boot_id: str = "8f2d4c1e-6b3a-4f59-9d0e-2a7c5b1e3f40",
+    kfd_generation_id: str = "2\n",
+    kfd_system_properties: str | None = None,
+    name: str = "root",
+) -> FakeRoot:
+    """Build a fake root at ``tmp_path/name``. ``modes``/``groups`` are per node kind (card, render, kfd);
+    ``gids`` maps host group names to gids for etc/group (``group_file`` replaces it verbatim)."""
+    root = FakeRoot(
+        root=tmp_path / name,
+        gpus=list(gpus),
+        others=list(others or []),
+        kfd_major=kfd_major,
+        cpu_nodes=cpu_nodes,
+        modes={**DEFAULT_MODES, **(modes or {})},
+        groups={**DEFAULT_GROUPS, **(groups or {})},
+        gids=dict(gids if gids is not None else DEFAULT_GIDS),
+        by_path=by_path,
+        group_file=group_file,
+        kfd_generation_id=kfd_generation_id,
+    )
+    if kfd_system_properties is not None:
+        root.kfd_system_properties = kfd_system_properties
+    root.root.mkdir(parents=True, exist_ok=False)
+    root.state_dir.mkdir(parents=True)
+    _write_etc(root)
+    root.set_boot_id(boot_id)
+    root.rebuild()
+    return root
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _link(link: Path, target: Path) -> None:
+    """A relative symlink the way sysfs writes them: ``../../../0000:03:00.0`` for an ancestor."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(target, link.parent)
+    if all(part == ".." for part in Path(rel).parts):
+        rel = os.path.join(rel, "..", target.name)
+    os.symlink(rel, link)
+
+
+def _mknod(path: Path, major: int, minor: int, mode: int, uid: int, gid: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)  # mknod's mode went through the umask
+
+
+def _write_etc(root: FakeRoot) -> None:
+    if root.group_file is not None:
+        text = root.group_file
+    else:
+        lines = ["root:x:0:", "daemon:x:1:", "adm:x:4:", "tty:x:5:", "disk:x:6:"]
+        lines += [f"{name}:x:{gid}:" for name, gid in sorted(root.gids.items(), key=lambda kv: kv[1])]
+        lines += ["nogroup:x:65534:"]
+        text = "\n".join(lines) + "\n"
+    _write(root.etc / "group", text)
+    _write(root.etc / "passwd", "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n")
+
+
+def _pci_rel(bdf: str, pci_path: str | None) -> str:
+    """The PCI function's path under ``devices/``: ``pci0000:60/0000:60:01.1/0000:63:00.0`` by default."""
+    if pci_path is not None:
+        return f"{pci_path}/{bdf}"
+    domain, bus, _, _ = _bdf_parts(bdf)
+    root_bus = bus & 0xE0
+    return f"pci{domain:04x}:{root_bus:02x}/{domain:04x}:{root_bus:02x}:01.1/{bdf}"
+
+
+def _drm_minor(root: FakeRoot, parent: Path, name: str, minor: int, connectors: tuple[str, ...] = ()) -> None:
+    """``<parent>/drm/<name>`` with dev, uevent, device and subsystem links; class/drm and dev/char links."""
+    sys = root.sys
+    d = parent / "drm" / name
+    d.mkdir(parents=True)
+    _write(d / "dev", f"{DRM_MAJOR}:{minor}\n")
+    _write(d / "uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+    _link(d / "device", parent)
+    _link(d / "subsystem", sys / "class" / "drm")
+    _link(sys / "class" / "drm" / name, d)
+    _link(sys / "dev" / "char" / f"{DRM_MAJOR}:{minor}", d)
+    for conn in connectors:
+        c = d / f"{name}-{conn}"
+        c.mkdir()
+        _write(c / "uevent", "DEVTYPE=drm_connector\n")
+        _write(c / "status", "disconnected\n")
+        _write(c / "enabled", "disabled\n")
+        _write(c / "dpms", "Off\n")
+        _link(c / "device", d)
+        _link(sys / "class" / "drm" / c.name, c)
+
+
+def _kfd_props(
+    root_gpu: FakeGpu, render: int | None, location: str, verbatim: str | None, unique_id: int | None
+) -> str:
+    if verbatim is not None:
+        text = verbatim
+        if render is not None:
+            text = re.sub(r"(?m)^drm_render_minor \d+$", f"drm_render_minor {render}", text)
+        return text
+    domain, *_ = _bdf_parts(location)
+    values = {
+        "simd_count": 416,
+        "mem_banks_count": 1,
+        "io_links_count": 1,
+        "simd_id_base": 2147487744,
+        "max_waves_per_simd": 8,
+        "lds_size_in_kb": 64,
+        "num_gws": 64,
+        "wave_front_size": 64,
+        "array_count": 8,
+        "simd_arrays_per_engine": 1,
+        "cu_per_simd_array": 14,
+        "simd_per_cu": 4,
+        "max_slots_scratch_cu": 32,
+        "gfx_target_version": 90010,
+        "vendor_id": root_gpu.vendor_id,
+        "device_id": root_gpu.device_id,
+        "location_id": location_id(location),
+        "domain": domain,
+        "drm_render_minor": render or 0,
+        "num_sdma_engines": 2,
+        "num_cp_queues": 24,
+        "max_engine_clk_fcompute": 1700,
+        "fw_version": 92,
+        "unique_id": unique_id or 0,
+        "num_xcc": 1,
+        "max_engine_clk_ccompute": 2450,
+    }
+    return "".join(f"{key} {values.get(key, 0)}\n" for key in _KFD_GPU_KEYS)
+
+
+def _cpu_props(node: int) -> str:
+    values = {"cpu_cores_count": 64, "mem_banks_count": 1, "io_links_count": 1, "cpu_core_id_base": 64 * node}
+    keys = [k for k in _KFD_GPU_KEYS[:29]] + ["max_engine_clk_ccompute"]
+    return "".join(f"{key} {values.get(key, 0)}\n" for key in keys)
+
+
+def _build_sys(root: FakeRoot) -> None:
+    sys = root.sys
+    bdfs = [g.bdf for g in root.gpus] + [o.bdf for o in root.others if o.bdf]
+    if len(set(bdfs)) != len(bdfs):
+        raise ValueError(f"two fake devices share a PCI address: {sorted(bdfs)}")
+    for d in ("class/drm", "class/hwmon", "dev/char", "bus/pci/devices", "bus/platform/devices", "module/amdgpu"):
+        (sys / d).mkdir(parents=True, exist_ok=True)
+    _write(sys / "class" / "drm" / "version", "drm 1.1.0 20060810\n")
+    drv = sys / "bus" / "pci" / "drivers" / "amdgpu"
+    drv.mkdir(parents=True)
+    for name in ("bind", "unbind", "new_id", "remove_id", "uevent"):
+        _write(drv / name, "")
+    _link(drv / "module", sys / "module" / "amdgpu")
+    (sys / "module" / "amdgpu" / "drivers").mkdir()
+    _link(sys / "module" / "amdgpu" / "drivers" / "pci:amdgpu", drv)
+
+    hwmon_next = 0
+    kfd_nodes: dict[int, tuple[str, str | None, int | None]] = {}  # node -> (properties, name, gpu_id)
+    for gpu in root.gpus:
+        pci = sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path)
+        pci.mkdir(parents=True)
+        _link(pci / "driver", drv)
+        _link(pci / "subsystem", sys / "bus" / "pci")
+        _link(drv / gpu.bdf, pci)
+        _link(sys / "bus" / "pci" / "devices" / gpu.bdf, pci)
+        pci_id = f"{gpu.vendor_id:04X}:{gpu.device_id:04X}"
+        attrs: dict[str, str | None] = {
+            "uevent": (
+                f"DRIVER=amdgpu\nPCI_CLASS=38000\nPCI_ID={pci_id}\nPCI_SUBSYS_ID=1002:0C34\n"
+                f"PCI_SLOT_NAME={gpu.bdf}\nMODALIAS=pci:v0000{gpu.vendor_id:04X}d0000{gpu.device_id:04X}"
+                "sv00001002sd00000C34bc03sc80i00\n"
+            ),
+            "vendor": f"0x{gpu.vendor_id:04x}\n",
+            "device": f"0x{gpu.device_id:04x}\n",
+            "subsystem_vendor": "0x1002\n",
+            "subsystem_device": "0x0c34\n",
+            "class": "0x038000\n",
+            "numa_node": f"{gpu.numa_node}\n",
+            "unique_id": f"{gpu.unique_id:016x}\n" if gpu.unique_id is not None else None,
+            "serial_number": "\n",
+            "product_name": f"{gpu.product_name}\n",
+            "product_number": "\n",
+            "vbios_version": f"{gpu.vbios}\n",
+            "mem_info_vram_total": None if gpu.vram_total is None else f"{gpu.vram_total}\n",
+            "mem_info_vram_used": None if gpu.vram_used is None else f"{gpu.vram_used}\n",
+            "mem_info_vram_vendor": "hynix\n",
+            "gpu_busy_percent": None if gpu.busy_percent is None else f"{gpu.busy_percent}\n",
+            "mem_busy_percent": "0\n",
+            "current_link_speed": None if gpu.link_speed is None else f"{gpu.link_speed}\n",
+            "current_link_width": None if gpu.link_width is None else f"{gpu.link_width}\n",
+            "max_link_speed": "16.0 GT/s PCIe\n",
+            "max_link_width": "16\n",
+            "pcie_replay_count": "0\n",
+            "power_dpm_force_performance_level": "auto\n",
+            "current_compute_partition": None if gpu.compute_partition is None else f"{gpu.compute_partition}\n",
+            "available_compute_partition": "SPX, DPX, QPX, CPX\n" if gpu.compute_partition else None,
+            "current_memory_partition": None if gpu.memory_partition is None else f"{gpu.memory_partition}\n",
+        }
+        for fname, text in attrs.items():
+            if text is not None and fname not in gpu.omit:
+                _write(pci / fname, text)
+        if gpu.power_microwatts is not None or gpu.temps_millidegrees:
+            hw_num = gpu.hwmon if gpu.hwmon is not None else hwmon_next
+            hwmon_next = max(hwmon_next, hw_num) + 1
+            hw = pci / "hwmon" / f"hwmon{hw_num}"
+            hw.mkdir(parents=True)
+            _write(hw / "name", "amdgpu\n")
+            _link(hw / "device", pci)
+            _link(sys / "class" / "hwmon" / hw.name, hw)
+            for i, (label, value) in enumerate(gpu.temps_millidegrees, start=1):
+                for fname, text in ((f"temp{i}_input", f"{value}\n"), (f"temp{i}_label", f"{label}\n")):
+                    if fname not in gpu.omit:
+                        _write(hw / fname, text)
+            if gpu.power_microwatts is not None and gpu.power_file not in gpu.omit:
+                _write(hw / gpu.power_file, f"{gpu.power_microwatts}\n")
+                _write(hw / "power1_cap", "300000000\n")
+        if gpu.ras:
+            _write(pci / "ras" / "features", "feature mask: 0x3fbf\n")
+            for block, text in gpu.ras:
+                if f"{block}_err_count" not in gpu.omit:
+                    _write(pci / "ras" / f"{block}_err_count", text)
+        for fname in gpu.unreadable:
+            target = pci / fname
+            if target.exists():
+                target.unlink()
+            target.mkdir(parents=True)
+        if gpu.card is not None:
+            _drm_minor(root, pci, f"card{gpu.card}", gpu.card, tuple(gpu.connectors))
+        if gpu.render is not None:
+            _drm_minor(root, pci, f"renderD{gpu.render}", gpu.render)
+        if gpu.kfd_node is not None:
+            location = gpu.kfd_location or gpu.bdf
+            props = _kfd_props(gpu, gpu.render, location, gpu.kfd_properties, gpu.unique_id)
+            kfd_nodes[gpu.kfd_node] = (props, gpu.kfd_name, gpu.gpu_id)
+        for part in gpu.partitions:
+            plat = sys / "devices" / "platform" / part.name
+            plat.mkdir(parents=True)
+            _write(plat / "uevent", "MODALIAS=platform:amdgpu_xcp\n")
+            _write(plat / "modalias", "platform:amdgpu_xcp\n")
+            _link(plat / "subsystem", sys / "bus" / "platform")
+            _link(sys / "bus" / "platform" / "devices" / part.name, plat)
+            if part.card is not None:
+                _drm_minor(root, plat, f"card{part.card}", part.card)
+            if part.render is not None:
+                _drm_minor(root, plat, f"renderD{part.render}", part.render)
+            if part.kfd_node is not None:
+                domain, bus, dev, _ = _bdf_parts(gpu.bdf)
+                location = f"{domain:04x}:{bus:02x}:{dev:02x}.{part.index}"
+                props = _kfd_props(gpu, part.render, location, part.kfd_properties, gpu.unique_id)
+                kfd_nodes[part.kfd_node] = (props, part.kfd_name, part.gpu_id)
+
+    for other in root.others:
+        if other.bdf is not None:
+            parent = sys / "devices" / _pci_rel(other.bdf, None)
+            odrv = sys / "bus" / "pci" / "drivers" / other.driver
+            uevent = f"DRIVER={other.driver}\nPCI_CLASS=30000\nPCI_SLOT_NAME={other.bdf}\n"
+            _link(sys / "bus" / "pci" / "devices" / other.bdf, parent)
+        else:
+            assert other.device_path is not None, "FakeOther needs a bdf or a device_path"
+            parent = sys / "devices" / other.device_path
+            odrv = sys / "bus" / "platform" / "drivers" / other.driver
+            uevent = f"DRIVER={other.driver}\n"
+        parent.mkdir(parents=True, exist_ok=True)
+        _write(parent / "uevent", uevent)
+        odrv.mkdir(parents=True, exist_ok=True)
+        _link(parent / "driver", odrv)
+        _link(odrv / parent.name, parent)
+        if other.card is not None:
+            _drm_minor(root, parent, f"card{other.card}", other.card, other.connectors)
+        if other.render is not None:
+            _drm_minor(root, parent, f"renderD{other.render}", other.render)
+
+    if root.kfd_major is not None:
+        kfd = sys / "devices" / "virtual" / "kfd" / "kfd"
+        kfd.mkdir(parents=True)
+        _write(kfd / "dev", f"{root.kfd_major}:0\n")
+        _write(kfd / "uevent", f"MAJOR={root.kfd_major}\nMINOR=0\nDEVNAME=kfd\n")
+        (sys / "class" / "kfd").mkdir(parents=True)
+        _link(sys / "class" / "kfd" / "kfd", kfd)
+        _link(sys / "dev" / "char" / f"{root.kfd_major}:0", kfd)
+        topo = kfd / "topology"
+        _write(topo / "generation_id", root.kfd_generation_id)
+        _write(topo / "system_properties", root.kfd_system_properties)
+        for n in range(root.cpu_nodes):
+            if n in kfd_nodes:
+                raise ValueError(f"KFD node {n} is a CPU node (cpu_nodes={root.cpu_nodes})")
+            _write(topo / "nodes" / str(n) / "properties", _cpu_props(n))
+            _write(topo / "nodes" / str(n) / "gpu_id", "0\n")
+            _write(topo / "nodes" / str(n) / "name", "\n")
+        for n, (props, node_name, gpu_id) in kfd_nodes.items():
+            node_dir = topo / "nodes" / str(n)
+            _write(node_dir / "properties", props)
+            if gpu_id is not None:
+                _write(node_dir / "gpu_id", f"{gpu_id}\n")
+            if node_name is not None:
+                _write(node_dir / "name", f"{node_name}\n")
+
+
+def _node_attrs(root: FakeRoot, rel: str, kind: str) -> tuple[int, int, int]:
+    group = root.groups[kind]
+    gid = root.gids.get(group, 0) if isinstance(group, str) else group
+    mode, uid = root.modes[kind], 0
+    o = root.overrides.get(rel)
+    if o is not None:
+        mode = o.mode if o.mode is not None else mode
+        uid = o.uid if o.uid is not None else uid
+        gid = o.gid if o.gid is not None else gid
+    return mode, uid, gid
+
+
+def _build_dev(root: FakeRoot) -> None:
+    dri = root.dev / "dri"
+    dri.mkdir(parents=True)
+    os.chmod(dri, 0o755)
+    if root.kfd_major is not None:
+        _mknod(root.dev / "kfd", root.kfd_major, 0, *_node_attrs(root, "kfd", "kfd"))
+    by_path = dri / "by-path"
+    # (by-path name prefix, card, render)
+    devices: list[tuple[str, int | None, int | None]] = []
+    for gpu in root.gpus:
+        devices.append((f"pci-{gpu.bdf}", gpu.card, gpu.render))
+        devices += [(f"platform-{p.name}", p.card, p.render) for p in gpu.partitions]
+    for other in root.others:
+        prefix = f"pci-{other.bdf}" if other.bdf else f"platform-{Path(other.device_path or 'x').name}"
+        devices.append((prefix, other.card, other.render))
+    for prefix, card, render in devices:
+        for kind, number, suffix in (("card", card, "card"), ("render", render, "render")):
+            if number is None:
+                continue
+            name = f"card{number}" if kind == "card" else f"renderD{number}"
+            _mknod(dri / name, DRM_MAJOR, number, *_node_attrs(root, f"dri/{name}", kind))
+            if root.by_path:
+                by_path.mkdir(exist_ok=True)
+                os.symlink(f"../{name}", by_path / f"{prefix}-{suffix}")
+
+
+# ---- the real captures ------------------------------------------------------------------------------------
+
+
+def _capture_nodes(capture: str) -> Path:
+    base = KFD_CAPTURES / capture
+    return base / "topology" / "nodes" if (base / "topology").is_dir() else base / "nodes"
+
+
+def capture_gpus(capture: str, *, first_card: int = 1, product_name: str = "AMD Instinct") -> list[FakeGpu]:
+    """FakeGpus for a ``shared/fixtures/sysfs/kfd-topology/<capture>``: one per physical GPU, its KFD node
+    properties copied verbatim, partitions (nodes whose ``location_id`` function bits are set) as FakeXcp.
+
+    Numbering follows the kernel: every DRM device takes a card and a render minor at the same time, so
+    ``card = first_card + (render - 128)`` (``first_card=1`` when a BMC holds card0). An MI300-class GPU
+    (one with partitions) always has 7 ``amdgpu_xcp`` devices; the ones KFD does not list get the render
+    minors of the gaps, and one whose card would pass 63 is not created (registration fails past 64
+    primary minors, which is what the 63-node MI300X capture shows).
+    """
+    nodes_dir = _capture_nodes(capture)
+    gpus: dict[tuple[int, int], FakeGpu] = {}
+    parts: dict[tuple[int, int], list[FakeXcp]] = {}
+    for n in sorted(int(x) for x in os.listdir(nodes_dir) if x.isdigit()):
+        text = (nodes_dir / str(n) / "properties").read_text()
+        props = {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
+        if props["simd_count"] == 0:
+            continue
+        gpu_id_path, name_path = nodes_dir / str(n) / "gpu_id", nodes_dir / str(n) / "name"
+        gpu_id = int(gpu_id_path.read_text()) if gpu_id_path.exists() else None
+        name = name_path.read_text().strip() or None if name_path.exists() else None
+        domain, loc, render = props.get("domain", 0), props["location_id"], props["drm_render_minor"]
+        key = (domain, loc & ~7)
+        if loc & 7 == 0:
+            bdf = f"{domain:04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.0"
+            gpus[key] = FakeGpu(
+                bdf=bdf,
+                card=first_card + render - 128,
+                render=render,
+                kfd_node=n,
+                unique_id=props.get("unique_id"),
+                device_id=props["device_id"],
+                gpu_id=gpu_id,
+                kfd_properties=text,
+                kfd_name=name,
+                product_name=product_name,
+            )
+        else:
+            parts.setdefault(key, []).append(
+                FakeXcp(
+                    xcp=-1,
+                    index=loc & 7,
+                    card=first_card + render - 128,
+                    render=render,
+                    kfd_node=n,
+                    gpu_id=gpu_id,
+                    kfd_properties=text,
+                    kfd_name=name,
+                )
+            )
+    out: list[FakeGpu] = []
+    xcp_next = 0
+    for key, gpu in gpus.items():  # KFD node order, which is the probe order
+        listed = {p.index: p for p in parts.get(key, [])}
+        if listed:
+            gpu.compute_partition = "CPX"
+            gpu.memory_partition = "NPS1"
+            assert gpu.render is not None
+            slots: list[FakeXcp] = []
+            for index in range(1, 8):
+                part = listed.get(index) or FakeXcp(
+                    xcp=-1, index=index, card=first_card + gpu.render - 128 + index, render=gpu.render + index
+                )
+                part.xcp = xcp_next
+                xcp_next += 1
+                if part.card is not None and part.card > 63:
+                    part.card = part.render = None
+                slots.append(part)
+            gpu.partitions = tuple(slots)
+        out.append(gpu)
+    return out
