@@ -64,7 +64,7 @@ def check_contract(report: SmiReport) -> None:
         assert g.numa_affinity is None or g.numa_affinity >= -1
         assert g.unique_id is None or re.match(r"^0x[0-9a-f]+$", g.unique_id)
         assert g.device_id is None or re.match(r"^0x[0-9a-f]+$", g.device_id)
-        assert g.model is None or (g.model.strip() == g.model and g.model and not g.model.startswith("0x"))
+        assert g.model is None or (g.model.strip() == g.model != "" and not re.fullmatch(r"0x[0-9a-f]+", g.model))
     pairs = [(link.a, link.b) for link in report.links]
     assert pairs == sorted(set(pairs))
     for link in report.links:
@@ -651,11 +651,26 @@ def test_topology_matrix_rows_that_do_not_match_are_warnings() -> None:
             "       GPU0         GPU1",
             "GPU0   0            PCIE",
             "GPU1   XGMI         0",
+            "",
+            "=" * 28 + " Hops between two GPUs " + "=" * 29,
+            "       GPU0         GPU1         GPU2",
+            "GPU0   0            1            1",
+            "GPU1   1            0            1",
+            "GPU2   1            1            0",
+            "=" * 28 + " Link Type between two GPUs " + "=" * 24,
+            "       GPU0         GPU1         GPU2",
+            "GPU0   0            PCIE         PCIF",
+            "GPU1   PCIE         0            XXXX",
+            "GPU2   PCIF         XXXX         0",
         )
     )
     # the weight comes from the upper triangle; for the type the upper cell wins over a disagreeing lower one
-    assert report.links == (SmiLink(0, 1, 40, None, "PCIE"),)
-    assert report.warnings == ("topology row does not match its header: GPU1   40",)
+    assert report.links == (SmiLink(0, 1, 40, 1, "PCIE"), SmiLink(0, 2, None, 1, None), SmiLink(1, 2, None, 1, None))
+    assert report.warnings == (
+        "topology row does not match its header: GPU1   40",
+        "topology link type GPU0-GPU2: cannot read 'PCIF'",
+        "topology link type GPU0-GPU2: cannot read 'PCIF'",
+    )
 
 
 def test_lower_triangle_is_used_when_the_upper_cell_is_unreadable() -> None:

@@ -18,7 +18,8 @@ Field choices (documented here because the tool offers several candidates):
   which GPU: the ``GPU(s)`` column (and, in ``--showpids details``, the ``GPU`` column, rocm-systems#4405)
   is a count and goes to ``gpu_count``. JSON lower-cases process names (rocm-smi's own ``.lower()``).
 - Links: one per unordered pair ``a < b`` that any topology matrix or JSON key mentions; the value is read
-  from the upper triangle and, when that cell is unreadable, from the lower one. ``N/A``/``XXXX`` are None.
+  from the upper triangle and, when that cell is unreadable, from the lower one. ``N/A``/``XXXX`` are None;
+  a link type other than ``PCIE``/``XGMI`` (the only two rsmi reports) is None plus a warning.
 
 A value the tool printed as N/A / UNKNOWN / None, or did not print, is None. A value of a known field that
 cannot be read (garbage) is None plus a warning. Every WARNING/ERROR line and every line that cannot be
@@ -55,7 +56,7 @@ _TOPO_KEY = re.compile(
 _PID_COLUMN = re.compile(r"PROCESS NAME|CU OCCUPANCY|VRAM USED|SDMA USED|GPU\(s\)|GPU|PID")
 _CONCISE_ROW = re.compile(r"^(\d{1,9})\s")
 _HEX = re.compile(r"^0x[0-9a-f]+$")
-_LINK_TYPE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_LINK_TYPES = frozenset({"PCIE", "XGMI"})  # rsmi_topo_get_link_type: 1 and 2; anything else prints XXXX
 _DRIVER_LINE = re.compile(r"^Driver version:\s*(?P<value>.*)$", re.IGNORECASE)
 _CSV_START = ("device,", "system,", "name,")
 
@@ -660,7 +661,7 @@ def _link_type(state: _State, a: int, b: int) -> str | None:
         text = cell.strip().upper()
         if is_missing(text):
             continue
-        if _LINK_TYPE.match(text):
+        if text in _LINK_TYPES:
             return text
         state.warnings.append(f"topology link type GPU{a}-GPU{b}: cannot read {cell.strip()!r}")
     return None
