@@ -242,12 +242,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
             result = parse_amd_smi(text).to_json()
         else:
             from exporter.watchdog.kernel_classify import kernel_log_report
-            from exporter.watchdog.kernel_rules import RulesError, load_rules
+            from exporter.watchdog.kernel_rules import KernelRulesError, load_rules
 
             rules_path = getattr(args, "kernel-log.rules")
             try:
                 rules = load_rules(Path(rules_path) if rules_path else None)
-            except RulesError as exc:
+            except KernelRulesError as exc:
                 print(f"rocm-watchdog parse: {exc}", file=sys.stderr)
                 return EXIT_BAD_CONFIG
             result = kernel_log_report(text, rules)

@@ -21,8 +21,8 @@ from exporter.metrics.kernel import kernel_families
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiReport
-from exporter.sources.devices import DeviceWatchState
-from exporter.sources.kernel_log import KernelLogState
+from exporter.model.devices import DeviceWatchState
+from exporter.model.kernel import KernelLogState
 from exporter.store import SnapshotStore, StoreView
 
 # Tools in order of precedence when both have data for a GPU.
