@@ -67,6 +67,7 @@ class FdReader:
 class ReadResult:
     records: list[KernelRecord] = field(default_factory=list)
     overruns: int = 0  # EPIPE: the reader fell behind the ring buffer
+    overrun_at: list[int] = field(default_factory=list)  # len(records) when each EPIPE came
     warnings: list[str] = field(default_factory=list)
     lines_unparsed: int = 0
 
@@ -100,7 +101,9 @@ class StreamReader:
             except BlockingIOError:
                 break
             except BrokenPipeError:
+                out.records.extend(self.parser.flush())
                 out.overruns += 1  # the position already moved to the oldest record; keep reading
+                out.overrun_at.append(len(out.records))
                 continue
             except InterruptedError:
                 continue
@@ -340,7 +343,9 @@ class KernelLogSource:
         rules: KernelRules | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic_clock: Callable[[], float] = time.monotonic,
+        kmsg_stream: RawReader | None = None,
     ) -> None:
+        """``kmsg_stream``: an already open stream of kmsg records to read instead of ``kernel_log_path``."""
         self.config = config
         self.path = config.kernel_log_path
         self._known_gpus = known_gpus
@@ -352,6 +357,8 @@ class KernelLogSource:
         self._topology: tuple[str, ...] | None = None
         self._reader: StreamReader | FileFollower | None = None
         self._kind = ""
+        if kmsg_stream is not None:
+            self._reader, self._kind = StreamReader(kmsg_stream, "kmsg"), "kmsg"
         self._cursor = _Cursor()
         self._boot_id: str | None = None
         self._loaded = False
@@ -480,12 +487,14 @@ class KernelLogSource:
             self.close()
             raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
         if result.overruns:
-            self._overrun_pending = True
             self._warn(f"{self.path}: reader fell behind the kernel ring buffer ({result.overruns} overruns)")
         for warning in result.warnings:
             self._warn(warning)
         self._lines_unparsed += result.lines_unparsed
-        for record in result.records:
+        overrun_at = set(result.overrun_at)
+        for index, record in enumerate(result.records):
+            if index in overrun_at:
+                self._overrun_pending = True
             if not self._take(record):
                 continue
             self._records_read += 1
@@ -493,6 +502,8 @@ class KernelLogSource:
                 self._records_ignored += 1
                 continue
             self._count(self.classifier.feed(record), now)
+        if len(result.records) in overrun_at:
+            self._overrun_pending = True  # the loss shows in the next record's sequence number
         self._count(self.classifier.expire(self._mono() if self._kind == "kmsg" else None), now)
         if isinstance(self._reader, FileFollower) and self._reader.cursor() != self._cursor.file:
             self._cursor.file = self._reader.cursor()

@@ -21,22 +21,45 @@ A, B = "0000:03:00.0", "0000:43:00.0"
 SCENARIO: list[tuple[float, int, str | None, str]] = [
     (5.100000, 6, A, f"amdgpu {A}: amdgpu: SMU driver if version not matched"),
     (5.200000, 6, A, f"amdgpu {A}: amdgpu: ring gfx_0.0.0 uses VM inv eng 0 on hub 0"),
-    (1000.000000, 3, None, "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1, emitted seq=3"),
-    (1000.000050, 3, None,
-     "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process information: process python3 pid 11 thread python3 pid 11"),
+    (
+        1000.000000,
+        3,
+        None,
+        "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1, emitted seq=3",
+    ),
+    (
+        1000.000050,
+        3,
+        None,
+        "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process information: process python3 pid 11 thread python3 pid 11",
+    ),
     (1000.000100, 12, None, f"amdgpu {A}: amdgpu: GPU reset begin!"),
     (1000.000200, 6, B, f"amdgpu {B}: amdgpu: GPU reset begin!"),
     (1000.100000, 6, B, f"amdgpu {B}: amdgpu: MODE1 reset"),
     (1000.200000, 6, B, f"amdgpu {B}: amdgpu: GPU reset succeeded, trying to resume"),
     (1000.300000, 6, None, "[drm] VRAM is lost due to GPU reset!"),
     (1000.400000, 6, B, f"amdgpu {B}: amdgpu: GPU reset(1) succeeded!"),
-    (1010.000000, 3, A,
-     f"amdgpu {A}: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:8 pasid:32779, "
-     "for process python3 pid 11287 thread python3 pid 11287)"),
+    (
+        1010.000000,
+        3,
+        A,
+        f"amdgpu {A}: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:8 pasid:32779, "
+        "for process python3 pid 11287 thread python3 pid 11287)",
+    ),
     (1010.000001, 3, B, f"amdgpu {B}: amdgpu: [mmhub0] no-retry page fault (src_id:0 ring:0 vmid:1 pasid:32770)"),
-    (1010.000002, 3, A, f"amdgpu {A}: amdgpu:   in page starting at address 0x0000000000001000 from IH client 0x1b (UTCL2)"),
+    (
+        1010.000002,
+        3,
+        A,
+        f"amdgpu {A}: amdgpu:   in page starting at address 0x0000000000001000 from IH client 0x1b (UTCL2)",
+    ),
     (1010.000003, 3, B, f"amdgpu {B}: amdgpu:  in process python3 pid 100 thread python3 pid 100"),
-    (1010.000004, 3, B, f"amdgpu {B}: amdgpu:   in page starting at address 0x00007f0000000000 from IH client 0x12 (VMC)"),
+    (
+        1010.000004,
+        3,
+        B,
+        f"amdgpu {B}: amdgpu:   in page starting at address 0x00007f0000000000 from IH client 0x12 (VMC)",
+    ),
     (1010.000005, 3, A, f"amdgpu {A}: amdgpu: VM_L2_PROTECTION_FAULT_STATUS:0x00800932"),
     (1010.000006, 6, None, "fbcon: Taking over console"),
     (1010.000007, 3, B, f"amdgpu {B}: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00000000"),
@@ -44,7 +67,12 @@ SCENARIO: list[tuple[float, int, str | None, str]] = [
     (1010.000009, 4, None, "gmc_v9_0_process_interrupt: 19 callbacks suppressed"),
     (1020.000000, 3, "0000:42:00.0", f"pcieport 0000:42:00.0: AER: Corrected error message received from {B}"),
     (1020.000100, 3, "0000:42:00.0", "pcieport 0000:42:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer"),
-    (1020.000200, 3, "0000:00:03.1", "pcieport 0000:00:03.1: AER: Correctable error message received from 0000:00:00.0"),
+    (
+        1020.000200,
+        3,
+        "0000:00:03.1",
+        "pcieport 0000:00:03.1: AER: Correctable error message received from 0000:00:00.0",
+    ),
     (1030.000000, 0, A, f"amdgpu {A}: uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!"),
     (1030.000100, 3, A, f"amdgpu {A}: amdgpu: UVD VCPU state may lost due to RAS ERREVENT_ATHUB_INTERRUPT"),
     (1040.000000, 3, A, f"amdgpu {A}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=100, emitted seq=102"),
@@ -59,10 +87,24 @@ SCENARIO: list[tuple[float, int, str | None, str]] = [
 ]
 
 EXPECTED = {
-    A: {"gpu_reset_begin": 1, "gpu_reset_failed": 1, "ras_fatal": 1, "ring_reset_failed": 1,
-        "ring_reset_start": 1, "ring_timeout": 1, "vm_fault": 1},
-    B: {"gpu_reset_asic_done": 1, "gpu_reset_begin": 1, "gpu_reset_method": 1, "gpu_reset_succeeded": 1,
-        "pcie_aer": 1, "ring_timeout": 1, "vm_fault": 1},
+    A: {
+        "gpu_reset_begin": 1,
+        "gpu_reset_failed": 1,
+        "ras_fatal": 1,
+        "ring_reset_failed": 1,
+        "ring_reset_start": 1,
+        "ring_timeout": 1,
+        "vm_fault": 1,
+    },
+    B: {
+        "gpu_reset_asic_done": 1,
+        "gpu_reset_begin": 1,
+        "gpu_reset_method": 1,
+        "gpu_reset_succeeded": 1,
+        "pcie_aer": 1,
+        "ring_timeout": 1,
+        "vm_fault": 1,
+    },
     "unknown": {"vm_fault_suppressed": 19, "vram_lost": 1},
 }
 
@@ -103,7 +145,8 @@ def main() -> None:
     recs = [{"pri": pri, "time": round(mono, 6), "msg": msg} for mono, pri, _, msg in rows(True)]
     out["dmesg-json.json"] = json.dumps({"dmesg": recs}, indent=3) + "\n"
     recs_x = [
-        {"fac": FAC[pri >> 3], "pri": LVL[pri & 7], "time": round(mono, 6), "msg": msg} for mono, pri, _, msg in rows(True)
+        {"fac": FAC[pri >> 3], "pri": LVL[pri & 7], "time": round(mono, 6), "msg": msg}
+        for mono, pri, _, msg in rows(True)
     ]
     out["dmesg-json-x.json"] = json.dumps({"dmesg": recs_x}, indent=3) + "\n"
 
