@@ -1,0 +1,441 @@
+"""read_sysfs / SysfsSource on fake roots built with real symlinks and files (tests/fakeroot.py).
+
+Expected mappings are written out by hand from the KFD captures in shared/fixtures/sysfs/kfd-topology
+(location_id -> BDF, drm_render_minor -> renderD, node directory -> KFD node, unique_id decimal -> hex).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from fakeroot import FakeGpu, FakeOther, FakeXcp, build_root, capture_gpus
+
+from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
+from exporter.sources import SourceError
+from exporter.sources.sysfs import SysfsSource, read_sysfs
+
+PROCFS_SYS = Path("/work/shared/fixtures/sysfs/procfs-drm-amdgpu/sys")
+
+
+def _by_bdf(snap: SysfsSnapshot) -> dict[str, GpuIdentity]:
+    return {g.pci_bus: g for g in snap.gpus}
+
+
+def _row(g: GpuIdentity) -> tuple[str | None, str | None, int | None]:
+    return (g.card.name if g.card else None, g.render.name if g.render else None, g.kfd_node)
+
+
+# ---- real 8-GPU layouts -------------------------------------------------------------------------------
+
+# MI210 x8 XGMI capture with a BMC on card0: (card, render, KFD node, hip index, unique_id).
+MI210 = {
+    "0000:63:00.0": ("card1", "renderD128", 2, 0, "0x1901ead3a2ecd4a6"),
+    "0000:43:00.0": ("card2", "renderD129", 3, 1, "0x51276ac12ce05db3"),
+    "0000:03:00.0": ("card3", "renderD130", 4, 2, "0x93bb3629c01aea1c"),
+    "0000:26:00.0": ("card4", "renderD131", 5, 3, "0x4344e78b718814cd"),
+    "0000:e3:00.0": ("card5", "renderD132", 6, 4, "0xaea834aa2723eb57"),
+    "0000:c3:00.0": ("card6", "renderD133", 7, 5, "0xa3781b5a10fcf54a"),
+    "0000:83:00.0": ("card7", "renderD134", 8, 6, "0xf83f06efb714e6cf"),
+    "0000:a3:00.0": ("card8", "renderD135", 9, 7, "0xc34ec50444dd0a6d"),
+}
+
+
+def test_mi210_xgmi_maps_every_gpu_to_its_card_render_and_kfd_node(tmp_path: Path) -> None:
+    root = build_root(tmp_path, capture_gpus("mi210-8gpu-xgmi-pcie"), others=[FakeOther.bmc()], cpu_nodes=2)
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    got = {g.pci_bus: (*_row(g), g.hip_index, g.unique_id) for g in snap.gpus}
+    assert got == MI210
+    # keyed by BDF, listed in BDF order, not in render order
+    assert [g.pci_bus for g in snap.gpus] == sorted(MI210)
+    gpus = _by_bdf(snap)
+    # rocm-smi counts the amdgpu cards in card order: the BMC's card0 is not one of them
+    assert gpus["0000:63:00.0"].rocm_smi_index == 0
+    assert gpus["0000:a3:00.0"].rocm_smi_index == 7
+    assert all(g.device_id == "0x740f" and g.driver == "amdgpu" for g in snap.gpus)
+    assert all(g.partition_index is None and g.parent_pci_bus is None for g in snap.gpus)
+    assert [o.kind for o in snap.other_drm] == ["bmc"]
+    assert snap.kfd_dev == (510, 0)
+    assert [n.node for n in snap.kfd_nodes] == [2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_mi300x_cpx_partitions_have_their_own_bdf_and_join_their_parent(tmp_path: Path) -> None:
+    root = build_root(tmp_path, capture_gpus("mi300x-cpx-8gpu"), others=[FakeOther.bmc()], cpu_nodes=2)
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    gpus = _by_bdf(snap)
+    assert len(snap.gpus) == 63  # the capture has 63 of 64 partitions
+    first = gpus["0000:05:00.0"]
+    assert (_row(first), first.partition_index, first.parent_pci_bus, first.partition_device) == (
+        ("card1", "renderD128", 2),
+        0,
+        "0000:05:00.0",
+        None,
+    )
+    p7 = gpus["0000:05:00.7"]
+    assert (_row(p7), p7.partition_index, p7.parent_pci_bus, p7.partition_device) == (
+        ("card8", "renderD135", 9),
+        7,
+        "0000:05:00.0",
+        "amdgpu_xcp.6",
+    )
+    assert _row(gpus["0000:27:00.0"]) == ("card9", "renderD136", 10)
+    assert _row(gpus["0000:27:00.1"]) == ("card10", "renderD137", 11)
+    assert _row(gpus["0000:a7:00.3"]) == ("card44", "renderD171", 45)
+    last = gpus["0000:e5:00.6"]
+    assert (_row(last), last.partition_device) == (("card63", "renderD190", 64), "amdgpu_xcp.54")
+    assert "0000:e5:00.7" not in gpus
+    # every partition of a GPU carries the GPU's unique_id (KFD shares it) and its compute partition mode
+    for index in range(8):
+        part = gpus[f"0000:05:00.{index}"]
+        assert part.unique_id == "0xe3aa140f9a5f9e31"
+        assert part.compute_partition == "CPX"
+        assert part.device_id == "0x74a1"
+    assert {g.unique_id for g in snap.gpus if g.parent_pci_bus == "0000:e5:00.0"} == {"0xdd197ad1b50577f6"}
+    assert sum(1 for g in snap.gpus if g.parent_pci_bus == "0000:e5:00.0") == 7
+    # state belongs to the PCI function: partitions other than 0 do not repeat it
+    assert first.vram_total_bytes == 68_702_699_520
+    assert p7.vram_total_bytes is None and p7.temperatures_celsius == ()
+    # HIP counts KFD GPU nodes in node order, rocm-smi counts cards
+    assert (p7.hip_index, p7.rocm_smi_index) == (7, 7)
+    assert (last.hip_index, last.rocm_smi_index) == (62, 62)
+
+
+def test_mi308x_two_sockets_render_gaps_and_idle_partitions(tmp_path: Path) -> None:
+    root = build_root(tmp_path, capture_gpus("mi308x-cpx-2socket", first_card=0), cpu_nodes=2, kfd_major=234)
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    gpus = _by_bdf(snap)
+    assert len(snap.gpus) == 32
+    assert (_row(gpus["0000:0a:00.0"]), gpus["0000:0a:00.0"].gpu_id) == (("card0", "renderD128", 2), 24248)
+    assert (_row(gpus["0000:0a:00.3"]), gpus["0000:0a:00.3"].gpu_id) == (("card3", "renderD131", 5), 2236)
+    # the next GPU starts 8 minors later: 132..135 belong to partitions KFD does not list
+    assert _row(gpus["0000:80:00.0"]) == ("card8", "renderD136", 6)
+    # second socket: PCI domain 1, same bus numbers as socket 0 would use
+    second = gpus["0001:0b:00.0"]
+    assert (_row(second), second.unique_id, second.hip_index) == (
+        ("card32", "renderD160", 18),
+        "0xf263c618bb387ecb",
+        16,
+    )
+    assert _row(gpus["0001:c9:00.3"]) == ("card59", "renderD187", 33)
+    assert gpus["0000:0a:00.2"].unique_id == "0x84cafeae17e7696"
+    renders = sorted(g.render.minor for g in snap.gpus if g.render)
+    assert renders[:8] == [128, 129, 130, 131, 136, 137, 138, 139]
+    # the spare render nodes are listed apart: not GPUs, not foreign devices
+    assert len(snap.idle_partitions) == 32
+    assert snap.other_drm == ()
+    idle = {m.name for o in snap.idle_partitions for m in o.minors}
+    assert {"renderD132", "renderD133", "renderD134", "renderD135", "renderD188", "renderD191"} <= idle
+    assert all(o.kind == "amdgpu" for o in snap.idle_partitions)
+    assert snap.kfd_dev == (234, 0)
+
+
+def test_partitions_without_kfd_are_idle_not_gpus(tmp_path: Path) -> None:
+    root = build_root(tmp_path, capture_gpus("mi300x-cpx-8gpu"), others=[FakeOther.bmc()], kfd_major=None)
+    snap = read_sysfs(root.sys)
+    assert len(snap.gpus) == 8  # the 8 PCI functions
+    assert all(g.kfd_node is None and g.partition_index is None for g in snap.gpus)
+    assert len(snap.idle_partitions) == 55  # 56 platform devices, one without minors (card64 overflow)
+    assert snap.kfd_dev is None and snap.kfd_nodes == ()
+
+
+def test_platform_device_named_with_an_underscore(tmp_path: Path) -> None:
+    gpu = FakeGpu(
+        "0000:05:00.0",
+        card=1,
+        render=128,
+        kfd_node=1,
+        compute_partition="DPX",
+        partitions=(FakeXcp(xcp=0, index=1, card=2, render=129, kfd_node=2, separator="_"),),
+    )
+    snap = read_sysfs(build_root(tmp_path, [gpu]).sys)
+    part = _by_bdf(snap)["0000:05:00.1"]
+    assert (part.partition_device, part.parent_pci_bus, part.compute_partition) == (
+        "amdgpu_xcp_0",
+        "0000:05:00.0",
+        "DPX",
+    )
+
+
+# ---- foreign DRM devices, connectors, numbering ----------------------------------------------------------
+
+
+def test_bmc_igpu_simpledrm_and_virtio_are_not_gpus(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=4, render=130, kfd_node=1, connectors=("DP-1", "HDMI-A-1")),
+        FakeGpu("0000:83:00.0", card=5, render=131, kfd_node=2, unique_id=0x1234),
+    ]
+    others = [
+        FakeOther.bmc("0000:c2:00.0", card=1),
+        FakeOther.igpu("0000:00:02.0", card=2, render=128),
+        FakeOther.simpledrm(card=0),
+        FakeOther.virtio(card=3, render=129),
+    ]
+    snap = read_sysfs(build_root(tmp_path, gpus, others=others).sys)
+    assert snap.warnings == ()
+    assert [(g.pci_bus, *_row(g)) for g in snap.gpus] == [
+        ("0000:03:00.0", "card4", "renderD130", 1),
+        ("0000:83:00.0", "card5", "renderD131", 2),
+    ]
+    assert [(o.name, o.driver, o.parent, o.kind) for o in snap.other_drm] == [
+        ("card0", "simple-framebuffer", "simple-framebuffer.0", "firmware"),
+        ("card1", "ast", "0000:c2:00.0", "bmc"),
+        ("card2", "i915", "0000:00:02.0", "igpu"),
+        ("card3", "virtio_gpu", "virtio0", "virtual"),
+    ]
+    igpu = snap.other_drm[2]
+    assert [(m.name, m.dev) for m in igpu.minors] == [("card2", (226, 2)), ("renderD128", (226, 128))]
+    # connectors are neither GPUs nor minors
+    names = {m.name for g in snap.gpus for m in (g.card, g.render) if m} | {
+        m.name for o in snap.other_drm for m in o.minors
+    }
+    assert not any("-" in n for n in names)
+    assert (root_links := sorted(os.listdir(tmp_path / "root" / "sys" / "class" / "drm")))
+    assert "card4-DP-1" in root_links  # the builder did lay them out
+    gpu = _by_bdf(snap)["0000:03:00.0"]
+    assert (gpu.rocm_smi_index, _by_bdf(snap)["0000:83:00.0"].rocm_smi_index) == (0, 1)
+
+
+def test_no_amdgpu_is_an_empty_snapshot(tmp_path: Path) -> None:
+    snap = read_sysfs(build_root(tmp_path, [], others=[FakeOther.bmc(card=0)], kfd_major=None).sys)
+    assert snap.gpus == () and snap.kfd_nodes == () and snap.warnings == ()
+    assert [o.kind for o in snap.other_drm] == ["bmc"]
+
+
+def test_card10_and_extended_minors(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=10, render=138, kfd_node=1, unique_id=1),
+        FakeGpu("0000:23:00.0", card=11, render=139, kfd_node=2, unique_id=2),
+        # past 64 primaries, newer kernels hand out minors from 192 in one shared space
+        FakeGpu("0000:43:00.0", card=192, render=193, kfd_node=3, unique_id=3),
+    ]
+    snap = read_sysfs(build_root(tmp_path, gpus).sys)
+    assert snap.warnings == ()
+    assert [(g.pci_bus, *_row(g), g.rocm_smi_index) for g in snap.gpus] == [
+        ("0000:03:00.0", "card10", "renderD138", 1, 0),
+        ("0000:23:00.0", "card11", "renderD139", 2, 1),
+        ("0000:43:00.0", "card192", "renderD193", 3, 2),
+    ]
+    assert snap.gpus[2].render is not None and snap.gpus[2].render.dev == (226, 193)
+
+
+def test_card_order_and_kfd_order_give_different_indices(tmp_path: Path) -> None:
+    # rocm-smi follows cards, HIP follows KFD nodes: they disagree when probe orders differ
+    gpus = [
+        FakeGpu("0000:03:00.0", card=2, render=128, kfd_node=1, unique_id=1),
+        FakeGpu("0000:83:00.0", card=1, render=129, kfd_node=2, unique_id=2),
+    ]
+    gpus_by = _by_bdf(read_sysfs(build_root(tmp_path, gpus).sys))
+    assert (gpus_by["0000:03:00.0"].rocm_smi_index, gpus_by["0000:03:00.0"].hip_index) == (1, 0)
+    assert (gpus_by["0000:83:00.0"].rocm_smi_index, gpus_by["0000:83:00.0"].hip_index) == (0, 1)
+
+
+def test_hip_index_follows_kfd_node_order_not_render_order(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=2, unique_id=1),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=1, unique_id=2),
+    ]
+    gpus_by = _by_bdf(read_sysfs(build_root(tmp_path, gpus).sys))
+    assert (gpus_by["0000:03:00.0"].kfd_node, gpus_by["0000:03:00.0"].hip_index) == (2, 1)
+    assert (gpus_by["0000:83:00.0"].kfd_node, gpus_by["0000:83:00.0"].hip_index) == (1, 0)
+
+
+def test_renumbered_after_reboot_keeps_the_key(tmp_path: Path) -> None:
+    root = build_root(tmp_path, capture_gpus("mi210-8gpu-xgmi-pcie"), others=[FakeOther.bmc()], cpu_nodes=2)
+    root.remove_other(root.others[0])  # BMC disabled in the BIOS: every card moves down by one
+    for gpu in root.gpus:
+        assert gpu.card is not None
+        gpu.card -= 1
+    root.reboot()
+    gpus = _by_bdf(read_sysfs(root.sys))
+    assert _row(gpus["0000:63:00.0"]) == ("card0", "renderD128", 2)
+    assert _row(gpus["0000:a3:00.0"]) == ("card7", "renderD135", 9)
+
+
+# ---- the KFD join is checked ----------------------------------------------------------------------------
+
+
+def test_kfd_location_disagreeing_with_sysfs_is_a_warning(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, kfd_location="0000:04:00.0"),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, unique_id=7),
+    ]
+    snap = read_sysfs(build_root(tmp_path, gpus).sys)
+    # the DRM device link is authoritative for the node; the disagreement is reported
+    assert _row(_by_bdf(snap)["0000:03:00.0"]) == ("card1", "renderD128", 1)
+    assert snap.warnings == ("KFD node 1: location_id/domain say 0000:04:00.0 but renderD128 belongs to 0000:03:00.0",)
+
+
+def test_kfd_unique_id_disagreeing_is_a_warning(tmp_path: Path) -> None:
+    swapped = "unique_id 99\n"
+    gpu = FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, unique_id=0x10)
+    root = build_root(tmp_path, [gpu])
+    props = root.sys / "class" / "kfd" / "kfd" / "topology" / "nodes" / "1" / "properties"
+    props.write_text(props.read_text().replace("unique_id 16\n", swapped))
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ("KFD node 1: unique_id 0x63 differs from 0000:03:00.0's 0x10",)
+    assert snap.gpus[0].unique_id == "0x10"
+
+
+def test_kfd_node_without_a_render_node_and_render_without_kfd(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=None, kfd_node=1, unique_id=1),  # render node not registered
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=None, unique_id=2),  # not KFD-initialised
+    ]
+    root = build_root(tmp_path, gpus)
+    props = root.sys / "class" / "kfd" / "kfd" / "topology" / "nodes" / "1" / "properties"
+    props.write_text(props.read_text().replace("drm_render_minor 0\n", "drm_render_minor 128\n"))
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ("KFD node 1: render minor 128 has no DRM render node in class/drm",)
+    gpus_by = _by_bdf(snap)
+    assert _row(gpus_by["0000:03:00.0"]) == ("card1", None, None)
+    assert _row(gpus_by["0000:83:00.0"]) == ("card2", "renderD129", None)
+    assert gpus_by["0000:83:00.0"].hip_index is None
+
+
+def test_gpu_bound_to_amdgpu_without_drm_minors_is_still_a_gpu(tmp_path: Path) -> None:
+    snap = read_sysfs(build_root(tmp_path, [FakeGpu("0000:03:00.0")]).sys)
+    assert [(g.pci_bus, g.card, g.render, g.rocm_smi_index) for g in snap.gpus] == [("0000:03:00.0", None, None, None)]
+
+
+# ---- state, and files that are missing or unreadable ----------------------------------------------------
+
+
+def test_state_values(tmp_path: Path) -> None:
+    gpu = FakeGpu(
+        "0000:03:00.0",
+        card=1,
+        render=128,
+        kfd_node=1,
+        numa_node=1,
+        vram_total=68_702_699_520,
+        vram_used=1_490_378_752,
+        busy_percent=37,
+        temps_millidegrees=(("edge", 41000), ("junction", 52500), ("mem", 47000)),
+        power_microwatts=91_000_000,
+        power_file="power1_input",
+        link_speed="32.0 GT/s PCIe",
+        link_width=16,
+        ras=(("umc", "ue: 1\nce: 12\nde: 3\n"), ("gfx", "ue: 0\nce: 4\n"), ("xgmi_wafl", "ue: 0\nce: 0\n")),
+        compute_partition="SPX",
+        memory_partition="NPS1",
+        product_name="AMD Instinct MI300X",
+        device_id=0x74A1,
+    )
+    g = read_sysfs(build_root(tmp_path, [gpu]).sys).gpus[0]
+    assert (g.vram_total_bytes, g.vram_used_bytes, g.busy_ratio) == (68_702_699_520, 1_490_378_752, 0.37)
+    assert g.temperatures_celsius == (("edge", 41.0), ("junction", 52.5), ("mem", 47.0))
+    assert g.power_watts == 91.0
+    assert (g.pcie_link_speed_gts, g.pcie_link_width) == (32.0, 16)
+    assert g.ras == (
+        RasCount("gfx", correctable=4, uncorrectable=0),
+        RasCount("umc", correctable=12, uncorrectable=1, deferred=3),
+        RasCount("xgmi_wafl", correctable=0, uncorrectable=0),
+    )
+    assert (g.compute_partition, g.memory_partition, g.numa_node) == ("SPX", "NPS1", 1)
+    assert (g.model, g.vbios, g.vendor_id, g.device_id) == ("AMD Instinct MI300X", "113-D67301-063", "0x1002", "0x74a1")
+    assert g.unique_id == "0x5a4ad1c2a8ba3e1f"
+
+
+def test_without_state_only_identity_is_read(tmp_path: Path) -> None:
+    g = read_sysfs(build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128)]).sys, with_state=False).gpus[0]
+    assert (g.vram_total_bytes, g.busy_ratio, g.power_watts, g.pcie_link_speed_gts) == (None, None, None, None)
+    assert (g.temperatures_celsius, g.ras) == ((), ())
+    assert (g.unique_id, g.device_id, _row(g)) == ("0x5a4ad1c2a8ba3e1f", "0x740f", ("card1", "renderD128", None))
+
+
+def test_missing_files_give_none_and_no_warning(tmp_path: Path) -> None:
+    omit = frozenset(
+        {
+            "mem_info_vram_total",
+            "gpu_busy_percent",
+            "unique_id",
+            "current_link_speed",
+            "numa_node",
+            "temp2_input",
+            "umc_err_count",
+        }
+    )
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, omit=omit, power_microwatts=None),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, unique_id=0x77),
+    ]
+    snap = read_sysfs(build_root(tmp_path, gpus).sys)
+    assert snap.warnings == ()
+    bare, full = snap.gpus
+    assert (bare.vram_total_bytes, bare.busy_ratio, bare.unique_id, bare.pcie_link_speed_gts) == (None,) * 4
+    assert (bare.numa_node, bare.power_watts) == (None, None)
+    assert bare.vram_used_bytes == 10_485_760  # the files that are there still count
+    assert bare.temperatures_celsius == (("edge", 35.0), ("mem", 33.0))
+    assert [r.block for r in bare.ras] == ["gfx"]
+    assert _row(bare) == ("card1", "renderD128", 1)
+    assert (full.busy_ratio, full.unique_id, full.power_watts) == (0.0, "0x77", 42.0)
+
+
+def test_unreadable_and_garbage_files_are_none_with_a_warning(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, unreadable=frozenset({"gpu_busy_percent"})),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, unique_id=5),
+    ]
+    root = build_root(tmp_path, gpus)
+    root.write_attr("0000:83:00.0", "mem_info_vram_used", "lots\n")
+    root.write_attr("0000:83:00.0", "ras/umc_err_count", "ue: ?\n")
+    snap = read_sysfs(root.sys)
+    first, second = snap.gpus
+    assert first.busy_ratio is None and first.vram_total_bytes == 68_702_699_520
+    assert second.vram_used_bytes is None and second.busy_ratio == 0.0
+    assert [r.block for r in second.ras] == ["gfx"]
+    assert len(snap.warnings) == 3
+    busy, vram, ras = snap.warnings
+    assert busy.endswith("0000:03:00.0/gpu_busy_percent: unreadable (EISDIR: Is a directory)")
+    assert vram.endswith("0000:83:00.0/mem_info_vram_used: line 1: value: not an integer: 'lots'")
+    assert "0000:83:00.0/ras/umc_err_count: line 1: ras umc" in ras
+
+
+def test_procfs_fixture_plain_dirs_parse_to_the_documented_values() -> None:
+    snap = read_sysfs(PROCFS_SYS)
+    assert snap.warnings == ()
+    (gpu,) = snap.gpus
+    assert gpu.pci_bus == "0000:09:00.0"
+    assert (gpu.vram_total_bytes, gpu.vram_used_bytes, gpu.busy_ratio) == (8573157376, 1490378752, 0.04)
+    assert gpu.unique_id == "0x123456789abcdef"  # the file holds 0123456789abcdef
+    assert gpu.card is not None and gpu.card.name == "card0" and gpu.render is None
+    assert (gpu.device_id, gpu.vbios, gpu.numa_node, gpu.pcie_link_speed_gts, gpu.pcie_link_width) == (
+        "0x687f",
+        "115-D050PIL-100",
+        -1,
+        8.0,
+        16,
+    )
+    (i915,) = snap.other_drm
+    assert (i915.name, i915.driver, i915.parent, i915.kind) == ("card1", "i915", "0000:00:02.0", "igpu")
+
+
+# ---- the Source -----------------------------------------------------------------------------------------
+
+
+def test_source_collects_from_config(tmp_path: Path) -> None:
+    root = build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1)])
+    source = SysfsSource(root.config())
+    assert source.name == "sysfs"
+    snap = source.collect()
+    assert [g.pci_bus for g in snap.gpus] == ["0000:03:00.0"]
+    source.close()
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_source_error_only_when_the_root_is_unusable(tmp_path: Path, kind: str) -> None:
+    sysfs = tmp_path / "sys"
+    if kind == "file":
+        sysfs.write_text("")
+    source = SysfsSource(build_root(tmp_path, []).config(sysfs=sysfs))
+    with pytest.raises(SourceError, match="sysfs root"):
+        source.collect()
+
+
+def test_empty_sysfs_root_is_an_empty_snapshot(tmp_path: Path) -> None:
+    (tmp_path / "sys").mkdir()
+    assert read_sysfs(tmp_path / "sys") == SysfsSnapshot()
