@@ -144,8 +144,8 @@ def build_config(args: argparse.Namespace) -> Config:
         if value is not None and key not in ("command", "config.file"):
             values[key] = value
 
-    known = set(_SCALAR_FLAGS) | {f"collector.{s}" for s in SOURCE_NAMES} | {f"collector.{s}.interval" for s in SOURCE_NAMES}
-    known |= {"output", "json", "kind", "file", "action"}
+    known = set(_SCALAR_FLAGS) | {"output", "json", "kind", "file", "action"}
+    known |= {f"collector.{s}" for s in SOURCE_NAMES} | {f"collector.{s}.interval" for s in SOURCE_NAMES}
     for key in sorted(set(values) - known):
         problems.append(f"unknown setting {key!r}")
 
@@ -309,13 +309,13 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def cmd_serve(config: Config) -> int:
     from exporter.http import make_app, serve
-    from exporter.webconfig import WebConfigError, WebConfig, load_web_config
+    from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
     except WebConfigError as exc:
         return _fail_config([str(exc)])
-    store, scheduler, registry = build_runtime(config)
+    _store, scheduler, registry = build_runtime(config)
     stop = threading.Event()
 
     def healthy() -> tuple[bool, str]:

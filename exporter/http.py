@@ -40,7 +40,8 @@ def make_app(
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if not check_basic_auth(web.basic_auth_users, environ.get("HTTP_AUTHORIZATION")):
             start_response(
-                "401 Unauthorized", [("WWW-Authenticate", 'Basic realm="rocm-watchdog"'), ("Content-Type", "text/plain")]
+                "401 Unauthorized",
+                [("WWW-Authenticate", 'Basic realm="rocm-watchdog"'), ("Content-Type", "text/plain")],
             )
             return [b"Unauthorized\n"]
         path = environ.get("PATH_INFO", "/")
@@ -65,7 +66,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("http_request", request=format % args)
 
 

@@ -33,7 +33,9 @@ def test_rootfs_prefixes_only_paths_left_at_default() -> None:
 
 
 def test_collector_toggles_and_intervals() -> None:
-    c = config("--no-collector.kernel-log", "--collector.sysfs.interval", "500ms", "--collector.rocm-smi.interval", "1m")
+    c = config(
+        "--no-collector.kernel-log", "--collector.sysfs.interval", "500ms", "--collector.rocm-smi.interval", "1m"
+    )
     assert c.collectors["kernel-log"] is False
     assert c.intervals_seconds["sysfs"] == 0.5
     assert c.intervals_seconds["rocm-smi"] == 60

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from tests.fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
-from tests.promtool import check_metrics, compare_golden
-from tests.stubs import FIXTURES, Stub, rocm_smi_stub
+from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+from promtool import check_metrics, compare_golden
+from stubs import FIXTURES, Stub, rocm_smi_stub
 
 MI100 = FIXTURES / "smi" / "rocm-smi" / "telegraf-mi100_rocm571.json"
 # The MI100 capture's GPUs, so sysfs and rocm-smi join by PCI address (first two of its six).
@@ -122,16 +121,19 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         proc.stderr.close()
 
 
-READY = ('rocm_watchdog_source_up{source="rocm-smi"} 1.0', 'rocm_watchdog_source_up{source="processes"} 1.0',
-         'rocm_watchdog_source_up{source="devices"} 1.0', 'rocm_watchdog_source_up{source="kernel-log"} 1.0',
-         # the processes source has run after a rocm-smi run: the capture's one KFD process is listed
-         "rocm_processes 1.0")
+READY = (
+    'rocm_watchdog_source_up{source="rocm-smi"} 1.0',
+    'rocm_watchdog_source_up{source="processes"} 1.0',
+    'rocm_watchdog_source_up{source="devices"} 1.0',
+    'rocm_watchdog_source_up{source="kernel-log"} 1.0',
+    # the processes source has run after a rocm-smi run: the capture's one KFD process is listed
+    "rocm_processes 1.0",
+)
 
 
 def wait_ready(d: Daemon) -> str:
-    text = ""
     for needle in READY:
-        text = d.wait_for(needle)
+        d.wait_for(needle)
     return d.wait_for('rocm_kernel_events_total{class="gpu_reset_begin",pci_bus="0000:1e:00.0"} 1.0')
 
 
@@ -168,7 +170,7 @@ def test_a_failing_tool_never_blocks_the_scrape(
     # The failure shows in the health metrics while the last good data is still served.
     text = daemon.wait_for('rocm_watchdog_source_up{source="rocm-smi"} 0.0')
     assert 'rocm_watchdog_source_failures_total{source="rocm-smi"}' in text
-    assert 'rocm_processes 1.0' in text  # the MI100 capture's one KFD process, from the last good run
+    assert "rocm_processes 1.0" in text  # the MI100 capture's one KFD process, from the last good run
     assert daemon.proc.poll() is None
     # Each scrape answers from memory: while the stub sleeps 30 s, a 5 s request timeout is never hit.
     for _ in range(3):
@@ -198,6 +200,6 @@ def test_once_writes_textfile_atomically(tmp_path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
-    assert 'rocm_gpu_info{' in text and 'pci_bus="0000:1e:00.0"' in text
+    assert "rocm_gpu_info{" in text and 'pci_bus="0000:1e:00.0"' in text
     assert list(out.parent.iterdir()) == [out]  # no temp file left behind
     check_metrics(text)

@@ -6,12 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from stubs import DATA, FIXTURES, amd_smi_stub, make_stub, rocm_smi_stub
 
 from exporter.config import Config
 from exporter.model.smi import SmiReport
 from exporter.sources import SourceError
 from exporter.sources.smi import AmdSmiSource, AutoSmiSource, RocmSmiSource
-from tests.stubs import DATA, FIXTURES, amd_smi_stub, make_stub, rocm_smi_stub
 
 MI100 = FIXTURES / "smi" / "rocm-smi" / "telegraf-mi100_rocm571.json"
 AMD_LIST = FIXTURES / "smi" / "amd-smi" / "amdsmi-changelog-rocm630_list_text_2gpu-uuid-redacted.txt"

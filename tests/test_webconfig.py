@@ -37,9 +37,27 @@ def test_basic_auth(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
 def test_tls(tmp_path: Path) -> None:
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "c.pem")],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(tmp_path / "k.pem"),
+            "-out",
+            str(tmp_path / "c.pem"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     cfg = tmp_path / "web.yml"
     cfg.write_text("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n")

@@ -18,11 +18,11 @@ from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
 from exporter.metrics.health import health_families
 from exporter.metrics.kernel import kernel_families
+from exporter.model.devices import DeviceWatchState
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.kernel import KernelLogState
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiReport
-from exporter.model.devices import DeviceWatchState
-from exporter.model.kernel import KernelLogState
 from exporter.store import SnapshotStore, StoreView
 
 # Tools in order of precedence when both have data for a GPU.

@@ -17,7 +17,10 @@ class SourceError(Exception):
 
 
 class Source(Protocol[T_co]):
-    name: str
+    @property
+    def name(self) -> str:
+        """The ``source`` label of the health metrics."""
+        ...
 
     def collect(self) -> T_co:
         """Read the host once and return a frozen snapshot. Raise SourceError on failure."""

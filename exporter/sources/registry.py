@@ -45,8 +45,12 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
 
         def smi_processes() -> list[SmiProcess]:
             view = store.view(time.time())
-            return [p for name in ("amd-smi", "rocm-smi") if isinstance(r := view.fresh_data(name), SmiReport)
-                    for p in r.processes]
+            return [
+                p
+                for name in ("amd-smi", "rocm-smi")
+                if isinstance(r := view.fresh_data(name), SmiReport)
+                for p in r.processes
+            ]
 
         jobs.append(Scheduled(ProcessesSource(config, smi_processes), interval["processes"]))
     if config.enabled("kernel-log"):

@@ -7,6 +7,7 @@ that forks helpers, or a wrapper script, leaves nothing behind). argv only: neve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -35,10 +36,8 @@ class CommandResult:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(

@@ -13,6 +13,7 @@ from the parsed output: a run that yields no GPU is a failure.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import structlog
 
@@ -99,9 +100,7 @@ class RocmSmiSource:
         # rocm-smi logs its WARNING/ERROR lines to stderr: keep them with the report.
         extra = tuple(line.strip() for line in result.stderr.splitlines() if line.strip())
         if extra:
-            report = SmiReport(
-                report.tool, report.format, report.gpus, report.processes, report.links, report.warnings + extra
-            )
+            report = replace(report, warnings=report.warnings + extra)
         return report
 
     def close(self) -> None:
@@ -159,9 +158,7 @@ class AmdSmiSource:
         if not report.gpus:
             raise SourceError("amd-smi: no GPU in the output" + (f" ({'; '.join(problems)})" if problems else ""))
         if problems:
-            report = SmiReport(
-                report.tool, report.format, report.gpus, report.processes, report.links, report.warnings + tuple(problems)
-            )
+            report = replace(report, warnings=report.warnings + tuple(problems))
         return report
 
     def close(self) -> None:
