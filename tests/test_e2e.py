@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -203,3 +205,50 @@ def test_once_writes_textfile_atomically(tmp_path: Path) -> None:
     assert "rocm_gpu_info{" in text and 'pci_bus="0000:1e:00.0"' in text
     assert list(out.parent.iterdir()) == [out]  # no temp file left behind
     check_metrics(text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_real_prometheus_scrapes_the_exporter(daemon: Daemon, tmp_path: Path) -> None:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.fail("prometheus is not installed (Debian package 'prometheus'; scripts/test installs it)")
+    wait_ready(daemon)
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"scrape_configs:\n  - job_name: rocm\n    static_configs:\n      - targets: ['127.0.0.1:{daemon.port}']\n"
+    )
+    proc = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        api = f"http://127.0.0.1:{port}/api/v1/query"
+        deadline = time.monotonic() + 60
+        result: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            try:
+                body = requests.get(api, params={"query": 'rocm_gpus{job="rocm"}'}, timeout=5).json()
+                result = body["data"]["result"]
+            except (requests.RequestException, KeyError, ValueError):
+                result = []
+            if result:
+                break
+            time.sleep(0.5)
+        assert result and result[0]["value"][1] == "6"  # type: ignore[index]
+        up = requests.get(api, params={"query": 'up{job="rocm"}'}, timeout=5).json()["data"]["result"]
+        assert up[0]["value"][1] == "1"
+        resets = requests.get(
+            api, params={"query": 'rocm_kernel_events_total{class="gpu_reset_begin",pci_bus="0000:1e:00.0"}'}, timeout=5
+        ).json()["data"]["result"]
+        assert resets[0]["value"][1] == "1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
