@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from exporter.model.kernel import KERNEL_CLASSES, KernelRecord
+from exporter.parsers.kernel_log import parse_kernel_log_records
 from exporter.watchdog.kernel_classify import KernelClassifier, kernel_log_report, match_message
-from exporter.watchdog.kernel_rules import KernelRulesError, compile_rules, default_rules, load_rules
+from exporter.watchdog.kernel_rules import (
+    KernelRulesError,
+    compile_rules,
+    default_rules,
+    load_rules,
+    required_literal,
+)
 
 RULES = default_rules()
 
@@ -396,3 +405,35 @@ def test_override_rules_file_is_used(tmp_path: Path) -> None:
     assert report["counts"] == {"0000:03:00.0": {"my_gpu_hang": 1}}
     with pytest.raises(KernelRulesError):
         compile_rules([], "inline")
+
+
+def test_prefilter_changes_no_result() -> None:
+    assert RULES.prefilter is not None
+    unfiltered = replace(RULES, prefilter=None)
+    data = Path(__file__).parent / "data" / "kernel-log"
+    lines = [line for line, _ in REAL_EXAMPLES + FORMAT_STRING_EXAMPLES] + TRAPS + [line for line, _ in DETAILS]
+    lines += [r.text for r in parse_kernel_log_records((data / "kmsg.txt").read_text()).records]
+    for line in lines:
+        assert match_message(RULES, line) == match_message(unfiltered, line), line
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literal"),
+    [
+        (r"\bring \S+ timeout, signaled seq=\d+", " timeout, signaled seq="),
+        (r"GPU reset\(\d+\) failed", "GPU reset("),
+        (r"^(?:MEM|SRAM) ECC is active", " ECC is active"),
+        (r"abcd?e", "abc"),
+        (r"x+yzw", "yzw"),
+        (r"foo|barbaz", None),
+        (r"(?i)reset", None),
+        (r"\d+\s+\w", None),
+        (r"[a-z]+ [abc]{2}", None),
+    ],
+)
+def test_required_literal(pattern: str, literal: str | None) -> None:
+    assert required_literal(pattern) == literal
+    if literal is not None:
+        for m in ("xx ring gfx timeout, signaled seq=1", "GPU reset(2) failed", "SRAM ECC is active", "abce", "xxyzw"):
+            if re.search(pattern, m):
+                assert literal in m

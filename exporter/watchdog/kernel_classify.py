@@ -41,6 +41,8 @@ def match_message(rules: KernelRules, text: str) -> LineMatch:
     """Which rule a message matches, ignoring attribution (the table tests use this directly)."""
     parts = split_message(text)
     body = parts.body
+    if rules.prefilter is not None and not any(lit in body for lit in rules.prefilter):
+        return LineMatch("none", parts)
     for trap in rules.traps:
         if trap.search(body):
             return LineMatch("trap", parts)

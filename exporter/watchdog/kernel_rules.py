@@ -59,6 +59,9 @@ class KernelRules:
     rules: tuple[KernelRule, ...]
     traps: tuple[re.Pattern[str], ...]
     source: str  # where the rules came from, for messages
+    # Literals of which every pattern needs one: a line containing none of them matches no rule (most lines
+    # of a kernel log), and substring tests are far cheaper than a hundred regex searches. None: no shortcut.
+    prefilter: tuple[str, ...] | None = None
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -198,7 +201,82 @@ def compile_rules(doc: object, source: str) -> KernelRules:
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise KernelRulesError(f"invalid kernel-log rules in {source} ({len(problems)} problems):\n{listing}")
-    return KernelRules(tuple(rules), traps, source)
+    return KernelRules(tuple(rules), traps, source, _prefilter(rules, traps))
+
+
+_META = set(".^$*+?{}[]()|")
+_OPTIONAL = set("?*{")
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest run of plain characters every match of ``pattern`` must contain, or None.
+
+    Only top-level literal runs count (groups, classes and escapes such as ``\\d`` end a run; a character
+    followed by ``?``, ``*`` or ``{`` is optional). A top-level ``|`` or an inline flag gives None.
+    """
+    if "(?i" in pattern or "(?x" in pattern:
+        return None
+    runs: list[str] = []
+    run: list[str] = []
+    depth = 0
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        nxt = pattern[i + 1] if i + 1 < len(pattern) else ""
+        literal: str | None = None
+        if ch == "\\":
+            if nxt and not nxt.isalnum():
+                literal = nxt
+            i += 2
+        else:
+            i += 1
+            if in_class:
+                in_class = ch != "]"
+                continue
+            if ch == "[":
+                in_class = True
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == "|" and depth == 0:
+                return None
+            elif ch not in _META:
+                literal = ch
+        following = pattern[i] if i < len(pattern) else ""
+        if literal is not None and depth == 0 and not in_class:
+            if following in _OPTIONAL:
+                runs.append("".join(run))
+                run = []
+            else:
+                run.append(literal)
+                if following == "+":
+                    runs.append("".join(run))
+                    run = []
+        else:
+            if run:
+                runs.append("".join(run))
+            run = []
+    runs.append("".join(run))
+    best = max(runs, key=len)
+    return best if len(best) >= 3 else None
+
+
+def _prefilter(rules: list[KernelRule], traps: tuple[re.Pattern[str], ...]) -> tuple[str, ...] | None:
+    """Literals of which every rule pattern contains one; None when some pattern has no usable literal."""
+    patterns = [*traps]
+    for rule in rules:
+        patterns += [*rule.anchors, *rule.followups, *rule.details]
+    literals = set()
+    for p in patterns:
+        lit = required_literal(p.pattern)
+        if lit is None:
+            return None
+        literals.add(lit)
+    # "abc" already covers "xabcx"
+    minimal = {lit for lit in literals if not any(o != lit and o in lit for o in literals)}
+    return tuple(sorted(minimal, key=len))
 
 
 def load_rules(path: Path | None = None) -> KernelRules:

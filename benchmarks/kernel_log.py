@@ -1,0 +1,151 @@
+"""Kernel-log benchmarks: classification throughput and the delay from a record appearing to its counter moving.
+
+Run from the repository root: ``PYTHONPATH=. .venv/bin/python benchmarks/kernel_log.py [--lines N]``.
+Figures go in BENCHMARKS.md ("Kernel log").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from exporter.config import Config
+from exporter.parsers.kernel_log import parse_kernel_log_records
+from exporter.sources.kernel_log import KernelLogSource
+from exporter.watchdog.kernel_classify import KernelClassifier, kernel_log_report
+
+NOISE = [
+    "usb 1-1: new high-speed USB device number {n} using xhci_hcd",
+    "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode. Quota mode: none.",
+    'audit: type=1400 audit({n}.123:77): apparmor="STATUS" operation="profile_load" name="snap"',
+    "IPv6: ADDRCONF(NETDEV_CHANGE): enp5s0: link becomes ready",
+    "nvme nvme0: 32/0/0 default/read/poll queues",
+    "perf: interrupt took too long ({n} > 2500), lowering kernel.perf_event_max_sample_rate to 79750",
+    "systemd-journald[412]: Received client request to flush runtime journal.",
+    "kfd kfd: amdgpu: added device 1002:74a1",
+    "amdgpu 0000:03:00.0: amdgpu: SMU is initialized successfully!",
+    "[drm] Initialized amdgpu 3.57.0 20150101 for 0000:03:00.0 on minor 1",
+]
+GPU = [
+    "amdgpu 0000:{b}:00.0: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:8 pasid:32779)",
+    "amdgpu 0000:{b}:00.0: amdgpu:   in page starting at address 0x0000000000001000 from IH client 0x1b (UTCL2)",
+    "amdgpu 0000:{b}:00.0: amdgpu: VM_L2_PROTECTION_FAULT_STATUS:0x00800932",
+    "amdgpu 0000:{b}:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=100, emitted seq=102",
+    "amdgpu 0000:{b}:00.0: amdgpu: GPU reset begin!",
+    "amdgpu 0000:{b}:00.0: amdgpu: MODE1 reset",
+    "amdgpu 0000:{b}:00.0: amdgpu: GPU reset(2) succeeded!",
+    "[drm] VRAM is lost due to GPU reset!",
+    "gmc_v9_0_process_interrupt: 19 callbacks suppressed",
+    "amdgpu 0000:{b}:00.0: amdgpu: SMU driver if version not matched",
+]
+
+
+def generate(lines: int, amdgpu_ratio: float, seed: int = 4) -> str:
+    rng = random.Random(seed)
+    out = []
+    for i in range(lines):
+        mono = 10.0 + i * 0.001
+        if rng.random() < amdgpu_ratio:
+            msg = rng.choice(GPU).format(b=rng.choice(("03", "43")))
+        else:
+            msg = rng.choice(NOISE).format(n=i)
+        out.append(f"[{mono:12.6f}] {msg}\n")
+    return "".join(out)
+
+
+def throughput(lines: int) -> None:
+    text = generate(lines, 0.01)
+    t0 = time.perf_counter()
+    parsed = parse_kernel_log_records(text)
+    t1 = time.perf_counter()
+    classifier = KernelClassifier(known_gpus=["0000:03:00.0", "0000:43:00.0"])
+    events = 0
+    for record in parsed.records:
+        events += len(classifier.feed(record))
+    events += len(classifier.flush())
+    t2 = time.perf_counter()
+    report = kernel_log_report(text)
+    t3 = time.perf_counter()
+    assert len(report["events"]) == events  # type: ignore[arg-type]
+    n = len(parsed.records)
+    print(f"log: {lines} lines, 1 % amdgpu lines, {len(text) / 1e6:.1f} MB, {events} events")
+    print(f"parse (format detection + headers): {n / (t1 - t0):12,.0f} lines/s  ({t1 - t0:.2f} s)")
+    print(f"classify (rules + attribution):     {n / (t2 - t1):12,.0f} lines/s  ({t2 - t1:.2f} s)")
+    print(f"parse kernel-log report, end to end:{n / (t3 - t2):12,.0f} lines/s  ({t3 - t2:.2f} s)")
+
+
+def _record(seq: int) -> bytes:
+    return f"3,{seq},{seq * 1000},-;amdgpu 0000:03:00.0: amdgpu: GPU reset begin!\n".encode()
+
+
+def latency(samples: int, interval: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for kind in ("fifo", "file"):
+            path = root / f"kmsg-{kind}"
+            state_dir = root / f"state-{kind}"
+            if kind == "fifo":
+                os.mkfifo(path)
+            else:
+                path.write_bytes(b"")
+            config = Config(kernel_log_path=path, state_dir=state_dir, procfs=root)
+            src = KernelLogSource(config, lambda: ["0000:03:00.0"])
+            src.collect()
+            wfd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | (os.O_APPEND if kind == "file" else 0))
+            # 1. collect() called right after the write: the cost of one read + classify + fsync'd cursor
+            direct = []
+            for seq in range(samples):
+                t0 = time.perf_counter()
+                os.write(wfd, _record(seq))
+                state = src.collect()
+                direct.append(time.perf_counter() - t0)
+                assert state.counts[("0000:03:00.0", "gpu_reset_begin")] == seq + 1
+            # 2. the scheduler's view: collect() every `interval` seconds, the record appears at a random moment
+            rng = random.Random(1)
+            scheduled = []
+            base = samples
+            next_tick = time.perf_counter() + interval
+            for i in range(max(3, samples // 20)):
+                time.sleep(rng.uniform(0, interval) + max(0.0, next_tick - time.perf_counter() - interval))
+                t0 = time.perf_counter()
+                os.write(wfd, _record(base + i))
+                while True:
+                    time.sleep(max(0.0, next_tick - time.perf_counter()))
+                    next_tick += interval
+                    state = src.collect()
+                    if state.counts[("0000:03:00.0", "gpu_reset_begin")] == base + i + 1:
+                        break
+                scheduled.append(time.perf_counter() - t0)
+            os.close(wfd)
+            src.close()
+            direct.sort()
+            median = statistics.median(direct) * 1e3
+            print(
+                f"{kind}: write -> counter moved, collect() right after: median {median:.2f} ms, "
+                f"p99 {direct[int(len(direct) * 0.99) - 1] * 1e3:.2f} ms (n={len(direct)}, includes the fsync'd cursor)"
+            )
+            print(
+                f"{kind}: with collect() every {interval:g} s: median {statistics.median(scheduled) * 1e3:.0f} ms, "
+                f"max {max(scheduled) * 1e3:.0f} ms (n={len(scheduled)})"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--interval", type=float, default=1.0)
+    args = ap.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, {platform.release()}")
+    throughput(args.lines)
+    latency(args.samples, args.interval)
+
+
+if __name__ == "__main__":
+    main()
