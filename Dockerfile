@@ -3,7 +3,7 @@
 #
 #   docker run -d --name rocm-watchdog -p 9862:9862 \
 #     -v /:/host:ro,rslave -v rocm-watchdog-state:/var/lib/rocm-watchdog \
-#     --device /dev/kfd --device /dev/dri --group-add <host render gid> --group-add <host video gid> \
+#     --device /dev/kfd --device /dev/dri --device /dev/kmsg --group-add <host render gid> --group-add <host video gid> \
 #     --cap-add SYSLOG rocm-watchdog
 #
 # `rocm-watchdog check` in the same image tells which gids to pass. amd-smi / rocm-smi are not in this image:

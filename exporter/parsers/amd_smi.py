@@ -181,6 +181,8 @@ class _Builder:
         """Record that GPUs ``i`` and ``j`` are a pair; ``field`` (weight/hops/type) when one is known."""
         if i == j:
             return
+        self.gpu(i)  # a topology that names a peer says that GPU exists
+        self.gpu(j)
         key = (min(i, j), max(i, j))
         record = self.links.setdefault(key, {})
         if field is None or value is None:

@@ -170,20 +170,44 @@ def _parent_of(reader: _Reader, real: str) -> _Parent:
     return _Parent(path=real, name=name, bdf=bdf, driver=_driver_of(reader, device, uevent))
 
 
+def _resolve_link(link: str) -> str | None:
+    """Where a sysfs symlink points, as a normalised absolute path; None if ``link`` is not a symlink.
+
+    One readlink instead of realpath's lstat per component: the kernel's links are relative and nothing
+    under ``devices/`` is itself a symlink, so normalising the joined text is exact. ``link``'s directory
+    must already be resolved (the caller starts from ``realpath(sysfs)``).
+    """
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(link), target))
+
+
+def _drm_parent(entry: str) -> str | None:
+    """The resolved parent device of a ``class/drm`` entry, or None when it has no ``device``."""
+    minor_dir = _resolve_link(entry)
+    if minor_dir is not None and os.path.basename(os.path.dirname(minor_dir)) == "drm":
+        parent = os.path.dirname(os.path.dirname(minor_dir))  # .../<parent>/drm/<minor>
+        if os.path.isdir(parent):
+            return parent
+    device = os.path.join(entry, "device")  # plain directories (the procfs fixture), or an odd layout
+    return os.path.realpath(device) if os.path.exists(device) else None
+
+
 def _read_drm(reader: _Reader, sysfs: Path) -> list[tuple[DrmMinor, str]]:
     """Every card/render minor in ``class/drm`` with its parent's resolved path."""
     out: list[tuple[DrmMinor, str]] = []
-    class_drm = sysfs / "class" / "drm"
+    class_drm = Path(os.path.realpath(sysfs / "class" / "drm"))
     for name in reader.listdir(class_drm):
         card, render = _CARD.match(name), _RENDER.match(name)
         if not card and not render:
             continue  # connectors (card1-DP-1), controlD*, version
         entry = class_drm / name
-        device = entry / "device"
-        if not device.exists():
+        real = _drm_parent(str(entry))
+        if real is None:
             reader.warnings.append(f"class/drm/{name}: no device link, skipped")
             continue
-        real = os.path.realpath(device)
         number = int((card or render)[1])  # type: ignore[index]
         dev = reader.value(entry / "dev", p.parse_dev)
         if dev is not None and dev[1] != number:
@@ -312,11 +336,11 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
     # 1. amdgpu PCI functions bound to the driver, by resolved path.
     parents: dict[str, _Parent] = {}
     amdgpu_paths: set[str] = set()
-    drv = sysfs / "bus" / "pci" / "drivers" / "amdgpu"
+    drv = Path(os.path.realpath(sysfs / "bus" / "pci" / "drivers" / "amdgpu"))
     for name in reader.listdir(drv):
         if not _BDF_NAME.match(name):
             continue  # bind, unbind, new_id, module, uevent
-        real = os.path.realpath(drv / name)
+        real = _resolve_link(str(drv / name)) or os.path.realpath(drv / name)
         if not os.path.isdir(real):
             reader.warnings.append(f"bus/pci/drivers/amdgpu/{name}: dangling link")
             continue

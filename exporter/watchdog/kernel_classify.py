@@ -269,6 +269,8 @@ def kernel_log_report(
     if known_gpus is None:
         gpus: set[str] = set()
         for record in kernel:
+            if not record.text.startswith("amdgpu "):
+                continue  # only dev_printk lines of amdgpu name a GPU
             parts = split_message(record.text)
             if parts.driver == "amdgpu" and parts.bdf:
                 gpus.add(parts.bdf)
