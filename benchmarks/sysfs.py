@@ -1,0 +1,55 @@
+"""sysfs source benchmark: one ``read_sysfs`` walk over realistic fake roots (tests/fakeroot.py).
+
+Run from the repository root: ``PYTHONPATH=. .venv/bin/python benchmarks/sysfs.py [--runs N]``.
+Layouts: 8x MI210 (8 GPUs, BMC on card0) and 8x MI300X in CPX mode (63 partitions, 56 platform devices).
+The page cache is warm after the first run, as it is on a host scraped every 15 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from exporter.sources.sysfs import read_sysfs
+from tests.fakeroot import FakeOther, build_root, capture_gpus
+
+LAYOUTS = {"mi210-8gpu": "mi210-8gpu-xgmi-pcie", "mi300x-cpx-63": "mi300x-cpx-8gpu"}
+
+
+def _time(sysfs: Path, with_state: bool, runs: int) -> list[float]:
+    read_sysfs(sysfs, with_state=with_state)  # warm the dentry and page caches
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        read_sysfs(sysfs, with_state=with_state)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()}, {args.runs} runs each")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, capture in LAYOUTS.items():
+            root = build_root(Path(tmp), capture_gpus(capture), others=[FakeOther.bmc()], cpu_nodes=2, name=label)
+            gpus = len(read_sysfs(root.sys).gpus)
+            for with_state in (True, False):
+                times = sorted(_time(root.sys, with_state, args.runs))
+                p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
+                print(
+                    f"{label:14} gpus={gpus:3} with_state={with_state!s:5} "
+                    f"median={statistics.median(times) * 1e3:7.2f} ms  p95={p95 * 1e3:7.2f} ms"
+                )
+
+
+if __name__ == "__main__":
+    main()
