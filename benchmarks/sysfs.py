@@ -15,10 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the package, and the tests' fake-root builder
+
+from fakeroot import FakeOther, build_root, capture_gpus
 
 from exporter.sources.sysfs import read_sysfs
-from tests.fakeroot import FakeOther, build_root, capture_gpus
 
 LAYOUTS = {"mi210-8gpu": "mi210-8gpu-xgmi-pcie", "mi300x-cpx-63": "mi300x-cpx-8gpu"}
 

@@ -11,8 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from tests.fakeroot import KFD_CAPTURES, FakeGpu, FakeOther, build_root, capture_gpus, location_id
+from fakeroot import KFD_CAPTURES, FakeGpu, FakeOther, build_root, capture_gpus, location_id
 
 
 def _gpu_pair() -> list[FakeGpu]:

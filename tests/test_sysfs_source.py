@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from fakeroot import FakeGpu, FakeOther, FakeXcp, build_root, capture_gpus
+from fakeroot import FakeGpu, FakeOther, FakeRoot, FakeXcp, build_root, capture_gpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
 from exporter.sources import SourceError
@@ -439,3 +441,43 @@ def test_source_error_only_when_the_root_is_unusable(tmp_path: Path, kind: str) 
 def test_empty_sysfs_root_is_an_empty_snapshot(tmp_path: Path) -> None:
     (tmp_path / "sys").mkdir()
     assert read_sysfs(tmp_path / "sys") == SysfsSnapshot()
+
+
+# ---- garbage never crashes the walk and never costs the GPU -----------------------------------------------
+
+_FUZZED = (
+    "gpu_busy_percent",
+    "mem_info_vram_total",
+    "unique_id",
+    "current_link_speed",
+    "current_link_width",
+    "numa_node",
+    "device",
+    "uevent",
+    "ras/umc_err_count",
+    "hwmon/hwmon0/temp1_input",
+    "hwmon/hwmon0/power1_average",
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_root(tmp_path_factory: pytest.TempPathFactory) -> FakeRoot:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, hwmon=0),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, unique_id=9),
+    ]
+    return build_root(tmp_path_factory.mktemp("fuzz"), gpus)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(_FUZZED), data=st.binary(max_size=300))
+def test_garbage_in_any_attribute_keeps_both_gpus(fuzz_root: FakeRoot, name: str, data: bytes) -> None:
+    target = fuzz_root.pci_dir("0000:03:00.0") / name
+    original = target.read_bytes()
+    try:
+        target.write_bytes(data)
+        snap = read_sysfs(fuzz_root.sys)
+    finally:
+        target.write_bytes(original)
+    assert [_row(g) for g in snap.gpus] == [("card1", "renderD128", 1), ("card2", "renderD129", 2)]
+    assert snap.gpus[1].busy_ratio == 0.0 and snap.gpus[1].unique_id == "0x9"
