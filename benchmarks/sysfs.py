@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the package, and the tests' fake-root builder
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the tests' fake-root builder
 
-from fakeroot import FakeOther, build_root, capture_gpus
+from fakeroot import FakeOther, build_root, capture_gpus  # noqa: E402
 
-from exporter.sources.sysfs import read_sysfs
+from exporter.sources.sysfs import read_sysfs  # noqa: E402
 
 LAYOUTS = {"mi210-8gpu": "mi210-8gpu-xgmi-pcie", "mi300x-cpx-63": "mi300x-cpx-8gpu"}
 
