@@ -230,3 +230,64 @@ def test_unwritable_state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert os.listdir(root.state_dir) == []
     finally:
         subprocess.run(["chattr", "-i", str(root.state_dir)], check=True)
+
+
+def test_auto_accept_after_n_healthy_boots(tmp_path: Path) -> None:
+    root = two_gpu_root(tmp_path)
+    config = root.config(baseline_auto_accept_boots=2)
+    candidate = root.state_dir / "baseline-candidate.json"
+    with structlog.testing.capture_logs():
+        DevicesSource(config, clock=lambda: T0).collect()
+    first = (root.state_dir / BASELINE_FILE).read_bytes()
+
+    root.renumber(A, card=3, render=130)
+    root.reboot("boot-2")
+    src = DevicesSource(config, clock=lambda: T0 + 100)
+    with structlog.testing.capture_logs():
+        state = src.collect()
+        state = src.collect()  # the same boot again does not count twice
+    assert ("render_renumbered", A) in {c.key for c in state.active()}
+    assert json.loads(candidate.read_text())["boots"] == ["boot-2"]
+    assert (root.state_dir / BASELINE_FILE).read_bytes() == first
+
+    root.reboot("boot-3")
+    with structlog.testing.capture_logs() as logs:
+        state = DevicesSource(config, clock=lambda: T0 + 200).collect()
+    events = [e["event"] for e in logs]
+    assert "baseline_auto_accepted" in events
+    assert state.active() == ()
+    assert any(e["event"] == "device_condition_cleared" and e["condition"] == "render_renumbered" for e in logs)
+    assert state.baseline is not None and state.baseline.gpu(A) is not None
+    assert state.baseline.gpu(A).render == 130  # type: ignore[union-attr]
+    assert not candidate.exists()
+
+
+def test_auto_accept_never_takes_an_unhealthy_or_changing_state(tmp_path: Path) -> None:
+    root = two_gpu_root(tmp_path)
+    config = root.config(baseline_auto_accept_boots=2)
+    with structlog.testing.capture_logs():
+        DevicesSource(config, clock=lambda: T0).collect()
+    first = (root.state_dir / BASELINE_FILE).read_bytes()
+    root.remove_gpu(B)  # a GPU that fell off the bus is not something to get used to
+    for boot in ("boot-2", "boot-3", "boot-4"):
+        root.reboot(boot)
+        with structlog.testing.capture_logs():
+            state = DevicesSource(config, clock=lambda: T0 + 100).collect()
+        assert ("gpu_missing", B) in {c.key for c in state.active()}
+    assert (root.state_dir / BASELINE_FILE).read_bytes() == first
+
+    root = two_gpu_root(tmp_path, name="changing")
+    config = root.config(baseline_auto_accept_boots=2)
+    with structlog.testing.capture_logs():
+        DevicesSource(config, clock=lambda: T0).collect()
+    first = (root.state_dir / BASELINE_FILE).read_bytes()
+    for boot, render in (("boot-2", 130), ("boot-3", 131)):  # drifting somewhere new every boot
+        root.renumber(A, render=render)
+        root.reboot(boot)
+        with structlog.testing.capture_logs():
+            DevicesSource(config, clock=lambda: T0 + 100).collect()
+    assert (root.state_dir / BASELINE_FILE).read_bytes() == first
+    assert json.loads((root.state_dir / "baseline-candidate.json").read_text())["boots"] == ["boot-3"]
+    with structlog.testing.capture_logs():
+        assert baseline_accept(config, now=T0 + 300) == 0  # an explicit accept ends the count
+    assert not (root.state_dir / "baseline-candidate.json").exists()

@@ -41,8 +41,14 @@ from exporter.model.devices import (
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
-from exporter.watchdog.baseline import EVENT_BASELINE_CREATED, BaselineStore, build_baseline
-from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, evaluate
+from exporter.watchdog.baseline import (
+    EVENT_BASELINE_CREATED,
+    UNHEALTHY_KINDS,
+    AutoAccept,
+    BaselineStore,
+    build_baseline,
+)
+from exporter.watchdog.drift import BASELINE_KINDS, EVENT_CONDITION_CLEARED, evaluate
 
 log = structlog.get_logger(__name__)
 
@@ -358,6 +364,7 @@ class DevicesSource:
         self._clock = clock
         self._creds = creds
         self._store = BaselineStore(config.state_dir)
+        self._auto = AutoAccept(self._store, config.baseline_auto_accept_boots)
         self._previous: tuple[Condition, ...] | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._cached: tuple[Baseline | None, StateFileProblem | None] = (None, None)
@@ -399,6 +406,12 @@ class DevicesSource:
                     log.error(EVENT_BASELINE_WRITE_FAILED, path=str(self._store.path), error=str(e))
                 self._stamp = None
         conditions, events = evaluate(sysfs, devices, baseline, self._previous, now)
+        if baseline is not None and not created and self._auto.boots > 0:
+            accepted = self._auto_accept(sysfs, devices, conditions, now)
+            if accepted is not None:
+                baseline = accepted
+                conditions, cleared = evaluate(sysfs, devices, accepted, conditions, now)
+                events += cleared
         log_events(events)
         self._previous = conditions
         return DeviceWatchState(
@@ -410,6 +423,27 @@ class DevicesSource:
             baseline_corrupt=problem,
             baseline_created=created,
         )
+
+    def _auto_accept(
+        self,
+        sysfs: SysfsSnapshot,
+        devices: DevicesSnapshot,
+        conditions: tuple[Condition, ...],
+        now: float,
+    ) -> Baseline | None:
+        """The new baseline when this collection completed N healthy boots of the same drifted state."""
+        drifted = any(c.active and c.kind in BASELINE_KINDS for c in conditions)
+        healthy = not any(c.active and c.kind in UNHEALTHY_KINDS for c in conditions)
+        proposed = build_baseline(sysfs, devices, now)
+        try:
+            accepted = self._auto.step(proposed, drifted, healthy)
+        except OSError as e:
+            log.error(EVENT_BASELINE_WRITE_FAILED, path=str(self._auto.path), error=str(e))
+            return None
+        if not accepted:
+            return None
+        self._stamp = None  # re-read from disk next time, like an accept from the CLI
+        return proposed
 
     def close(self) -> None:
         pass

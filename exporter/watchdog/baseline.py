@@ -337,6 +337,94 @@ class BaselineStore:
 
     def write(self, baseline: Baseline) -> None:
         self.commit(self.write_temp(baseline))
+        with contextlib.suppress(FileNotFoundError):  # an explicit accept ends any auto-accept count
+            (self.state_dir / CANDIDATE_FILE).unlink()
+
+
+# Auto-accept after N healthy boots (--baseline.auto-accept-boots) ---------------------------------------
+
+CANDIDATE_FILE = "baseline-candidate.json"
+EVENT_BASELINE_AUTO_ACCEPTED = "baseline_auto_accepted"
+# A boot with any of these active is not healthy: its state is never accepted automatically.
+UNHEALTHY_KINDS = frozenset(
+    {"gpu_missing", "render_without_kfd", "kfd_render_without_node", "not_char_device", "rdev_mismatch"}
+)
+
+
+def fingerprint(b: Baseline) -> str:
+    """What a baseline says about the node, without when it was taken."""
+    body = to_json(b)
+    for key in ("created", "created_utc", "boot_id"):
+        body.pop(key, None)
+    return json.dumps(body, sort_keys=True)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    _fsync_dir(path.parent)
+
+
+class AutoAccept:
+    """Accepts a drifted state once it has been the same on ``boots`` different healthy boots.
+
+    The candidate (its fingerprint and the boot ids it was seen on) persists in ``baseline-candidate.json``
+    so it survives the reboots it counts; the file is advisory, an unreadable one just starts over. A boot
+    where any UNHEALTHY_KINDS condition holds resets the count; so does any change of the state.
+    """
+
+    def __init__(self, store: BaselineStore, boots: int) -> None:
+        self.store = store
+        self.boots = boots
+        self.path = store.state_dir / CANDIDATE_FILE
+
+    def _read(self) -> tuple[str | None, list[str]]:
+        try:
+            obj = json.loads(self.path.read_text(encoding="utf-8"))
+            fp, boots = obj["fingerprint"], obj["boots"]
+            if isinstance(fp, str) and isinstance(boots, list) and all(isinstance(b, str) for b in boots):
+                return fp, boots
+        except FileNotFoundError:
+            return None, []
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        log.warning(EVENT_STATE_FILE_CORRUPT, file=CANDIDATE_FILE, path=str(self.path), action="count restarts")
+        return None, []
+
+    def _clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def step(self, proposed: Baseline, drifted: bool, healthy: bool) -> bool:
+        """Record this collection; True when ``proposed`` was just written as the new baseline."""
+        if self.boots <= 0 or proposed.boot_id is None:
+            return False
+        if not drifted or not healthy:
+            self._clear()
+            return False
+        fp = fingerprint(proposed)
+        old_fp, boots = self._read()
+        if old_fp != fp:
+            boots = []
+        if proposed.boot_id not in boots:
+            boots.append(proposed.boot_id)
+            _atomic_write_bytes(self.path, json.dumps({"fingerprint": fp, "boots": boots}).encode() + b"\n")
+        if len(boots) < self.boots:
+            return False
+        self.store.write(proposed)
+        self._clear()
+        log.info(EVENT_BASELINE_AUTO_ACCEPTED, path=str(self.store.path), boots=boots)
+        return True
 
 
 # CLI ------------------------------------------------------------------------------------------------
