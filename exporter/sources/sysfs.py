@@ -344,10 +344,8 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
         if not os.path.isdir(real):
             reader.warnings.append(f"bus/pci/drivers/amdgpu/{name}: dangling link")
             continue
-        parent = _parent_of(reader, real)
-        parent.bdf = normalize_bdf(name)
-        parent.driver = "amdgpu"
-        parents[real] = parent
+        # bound to amdgpu by definition: no need to read the uevent for the driver or the address
+        parents[real] = _Parent(path=real, name=os.path.basename(real), bdf=normalize_bdf(name), driver="amdgpu")
         amdgpu_paths.add(real)
 
     # 2. DRM minors, grouped by parent device.
