@@ -21,6 +21,7 @@ GPUs with a real index for that BDF (``list``, ``static``, JSON topology), the r
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import re
@@ -664,13 +665,13 @@ def _scan_json(
     """Decode the JSON document(s) starting on line ``i``; returns the first line after them."""
     pos = starts[i] + (len(lines[i]) - len(lines[i].lstrip()))
     while pos < len(text) and text[pos] in "[{":
-        line_no = text.count("\n", 0, pos) + 1
+        line_no = bisect.bisect_right(starts, pos)  # 1-based line of pos
         try:
             doc, end = decoder.raw_decode(text, pos)
         except (ValueError, RecursionError) as exc:
             message = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             warnings.append(f"line {line_no}: invalid JSON ({message}): {lines[line_no - 1].strip()[:80]}")
-            return line_no  # the index of the next line after the one that failed
+            return max(line_no, i + 1)  # the 0-based index of the line after the one that failed
         builder = _Builder("json", warnings)
         try:
             found = _interpret_json(doc, line_no, builder)
@@ -682,13 +683,15 @@ def _scan_json(
         pos = end
         while pos < len(text) and text[pos] in " \t\r\n":
             pos += 1
-    last_line = text.count("\n", 0, pos)  # 0-based line of pos
-    if pos < len(text) and text[starts[last_line] : pos].strip():
+    if pos >= len(text):
+        return len(lines)
+    last_line = bisect.bisect_right(starts, pos) - 1  # 0-based line of pos
+    if text[starts[last_line] : pos].strip():  # pos is inside a line that JSON began
         rest = text[pos : starts[last_line] + len(lines[last_line])].strip()
         if rest:
             warnings.append(f"line {last_line + 1}: cannot place: {rest}")
-        return last_line + 1
-    return last_line if pos < len(text) else len(lines)
+        return max(last_line + 1, i + 1)
+    return max(last_line, i + 1)
 
 
 # --------------------------------------------------------------------------- merging
@@ -751,7 +754,7 @@ def _merge(items: Sequence[tuple[SmiReport, bool]]) -> SmiReport:
     for (a, b), fields in sorted(links.items()):
         link = SmiLink(**fields)
         merged_links.append(
-            dataclasses.replace(link, a_pci_bus=link.a_pci_bus or bus.get(a), b_pci_bus=link.b_pci_bus or bus.get(b))
+            dataclasses.replace(link, a_pci_bus=bus.get(a) or link.a_pci_bus, b_pci_bus=bus.get(b) or link.b_pci_bus)
         )
     ordered = sorted(processes.values(), key=lambda p: (p.gpu is None, p.gpu or 0, p.pid))
     fmt: SmiFormat = items[0][0].format if items else "json"
