@@ -95,7 +95,7 @@ def test_every_capture_parses_with_invariants(path: Path) -> None:
     report = parse_amd_smi(read(path))
     check_invariants(report)
     assert report.gpus, "every amd-smi output names at least one GPU"
-    assert report.format == ("json" if path.read_text().lstrip().startswith(("[", "{")) else report.format)
+    assert report.format == ("json" if "_json" in path.name else "text")
     # Tool messages are kept verbatim; nothing else in these files is unplaceable.
     assert all(w.startswith(("WARNING:", "Fail to open")) for w in report.warnings)
 
@@ -405,6 +405,19 @@ def test_invalid_json_is_a_warning_when_other_data_is_there() -> None:
     report = parse_amd_smi(text)
     assert report.gpus == (SmiGpu(index=0, pci_bus="0000:03:00.0"),)
     assert len(report.warnings) == 1 and report.warnings[0].startswith("line 1: invalid JSON")
+
+
+def test_a_truncated_json_document_is_one_warning_and_the_next_output_still_counts() -> None:
+    pretty = read(DATA / "metric-mem-usage_json_value-unit_2gpu.json")
+    cut = pretty[: pretty.index('"gpu": 1')]
+    text = cut + "\n" + read(DATA / "list_json_oneline_2gpu-kfd-NA.json")
+    report = parse_amd_smi(text)
+    assert [g.pci_bus for g in report.gpus] == ["0000:0c:00.0", "0000:22:00.0"]
+    assert report.gpus[0].vram_total_bytes is None  # the cut document is not half-used
+    skipped_to = cut.count("\n") + 1
+    assert report.warnings == (
+        f"line 1: invalid JSON (Expecting property name enclosed in double quotes); skipped lines 1-{skipped_to}: [",
+    )
 
 
 def test_conflicting_values_keep_the_first_and_warn() -> None:

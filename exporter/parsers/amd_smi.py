@@ -653,6 +653,16 @@ def _scan_tables(lines: Sequence[str], i: int, warnings: list[str]) -> tuple[int
     return i, tables
 
 
+def _starts_anew(line: str) -> bool:
+    """A column-0 line where a new output can begin after a broken JSON document."""
+    return (
+        line[:1] in ("[", "{")
+        or _GPU_HEADER.match(line) is not None
+        or _TABLE_TITLE.match(line) is not None
+        or _is_tool_message(line.strip())
+    ) and line.strip() not in ("]", "}", "},", "],")
+
+
 def _scan_json(
     text: str,
     lines: Sequence[str],
@@ -670,8 +680,14 @@ def _scan_json(
             doc, end = decoder.raw_decode(text, pos)
         except (ValueError, RecursionError) as exc:
             message = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-            warnings.append(f"line {line_no}: invalid JSON ({message}): {lines[line_no - 1].strip()[:80]}")
-            return max(line_no, i + 1)  # the 0-based index of the line after the one that failed
+            # Skip the rest of the broken document (a truncated capture) up to something that starts anew,
+            # and say which lines were skipped rather than warn about each of them.
+            resume = max(line_no, i + 1)
+            while resume < len(lines) and not _starts_anew(lines[resume]):
+                resume += 1
+            skipped = f"; skipped lines {line_no}-{resume}" if resume > line_no else ""
+            warnings.append(f"line {line_no}: invalid JSON ({message}){skipped}: {lines[line_no - 1].strip()[:80]}")
+            return resume
         builder = _Builder("json", warnings)
         try:
             found = _interpret_json(doc, line_no, builder)
