@@ -212,8 +212,7 @@ def _interpret_gpu(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
     out.gpu(index)
     where = f"GPU {index}"
 
-    def warn(message: str) -> None:
-        out.warn(message)
+    warn = out.warn
 
     bdf_raw = obj.get("bdf", obj.get("gpu_bdf"))
     bus = obj.get("bus")
@@ -286,8 +285,7 @@ def _interpret_processes(entries: object, index: int, out: _Builder) -> None:
         out.warn(f"{where}: process_list is not a list: {entries!r}")
         return
 
-    def warn(message: str) -> None:
-        out.warn(message)
+    warn = out.warn
 
     for entry in entries:
         info: object = entry
@@ -328,8 +326,7 @@ def _interpret_processes(entries: object, index: int, out: _Builder) -> None:
 def _interpret_old_topology(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
     """ROCm 6.0/6.1 ``topology --json``: ``weight``/``hops``/``link_type``/... maps keyed ``gpu_N``."""
 
-    def warn(message: str) -> None:
-        out.warn(message)
+    warn = out.warn
 
     maps = {
         "weight": obj.get("weight"),
@@ -372,8 +369,7 @@ def _link_type(raw: object) -> str | None:
 def _interpret_links(links: list[Any], index: int, out: _Builder) -> None:
     """ROCm >= 6.1.1 ``topology --json``: ``links: [{"gpu", "bdf", "weight", "num_hops", "link_type", ...}]``."""
 
-    def warn(message: str) -> None:
-        out.warn(message)
+    warn = out.warn
 
     for link in links:
         if not isinstance(link, Mapping):
