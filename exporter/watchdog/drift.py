@@ -124,8 +124,11 @@ class _Checks:
 
     def add(self, kind: str, subject: str, active: bool, message: str = "", **details: object) -> None:
         assert kind in KINDS, kind
+        if not active:  # most checks, every interval: keep them cheap
+            self.found[(kind, subject)] = (False, "", ())
+            return
         text = tuple((k, "" if v is None else str(v)) for k, v in details.items())
-        self.found[(kind, subject)] = (active, message if active else "", text if active else ())
+        self.found[(kind, subject)] = (True, message, text)
 
 
 def _render_path(minor: int) -> str:
@@ -450,6 +453,9 @@ def _transitions(
     events: list[WatchEvent] = []
     for (kind, subject), (active, message, details) in found.items():
         p = prev.get((kind, subject))
+        if p is not None and not active and not p.active:
+            conditions.append(p)  # unchanged and inactive: the same record
+            continue
         flipped = (p is None and active) or (p is not None and p.active != active)
         since = now if p is None or flipped else p.since
         severity = KINDS[kind]
