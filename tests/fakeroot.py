@@ -772,6 +772,9 @@ def capture_gpus(capture: str, *, first_card: int = 1, product_name: str = "AMD 
         domain, loc, render = props.get("domain", 0), props["location_id"], props["drm_render_minor"]
         key = (domain, loc & ~7)
         if loc & 7 == 0:
+            if key in gpus:
+                # mi25-1gpu-plus-copy: node 2 is an upstream-made copy of node 1 at the same address
+                raise ValueError(f"{capture}: nodes {gpus[key].kfd_node} and {n} share location_id {loc}")
             bdf = f"{domain:04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1F:02x}.0"
             gpus[key] = FakeGpu(
                 bdf=bdf,

@@ -481,3 +481,33 @@ def test_garbage_in_any_attribute_keeps_both_gpus(fuzz_root: FakeRoot, name: str
         target.write_bytes(original)
     assert [_row(g) for g in snap.gpus] == [("card1", "renderD128", 1), ("card2", "renderD129", 2)]
     assert snap.gpus[1].busy_ratio == 0.0 and snap.gpus[1].unique_id == "0x9"
+
+
+def test_sysfs_inconsistencies_are_warnings(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1, unique_id=1),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, unique_id=2),
+    ]
+    root = build_root(tmp_path, gpus)
+    # a dev attribute that disagrees with the minor's name
+    (root.pci_dir("0000:83:00.0") / "drm" / "renderD129" / "dev").write_text("226:130\n")
+    # a driver link to a function that is gone
+    os.symlink(
+        "../../../../devices/pci0000:40/0000:40:01.1/0000:43:00.0", root.sys / "bus/pci/drivers/amdgpu/0000:43:00.0"
+    )
+    # a class/drm entry whose device cannot be resolved
+    os.symlink("../../devices/virtual/nowhere/card7", root.sys / "class" / "drm" / "card7")
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == (
+        "bus/pci/drivers/amdgpu/0000:43:00.0: dangling link",
+        "class/drm/card7: no device link, skipped",
+        "class/drm/renderD129: dev 226:130 does not match the name",
+    )
+    assert [_row(g) for g in snap.gpus] == [("card1", "renderD128", 1), ("card2", "renderD129", 2)]
+    render = snap.gpus[1].render
+    assert render is not None and (render.minor, render.dev) == (129, (226, 130))
+
+
+def test_capture_with_two_nodes_at_one_address_is_refused() -> None:
+    with pytest.raises(ValueError, match="share location_id 6400"):
+        capture_gpus("mi25-1gpu-plus-copy")
