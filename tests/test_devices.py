@@ -214,6 +214,20 @@ def test_missing_expected_nodes_and_non_char(tmp_path: Path) -> None:
     assert plain.accessible is False
 
 
+def test_symlinked_node_is_judged_by_its_target_and_dangling_is_absent(tmp_path: Path) -> None:
+    root = two_gpu_root(tmp_path)
+    dri = root.dev / "dri"
+    os.rename(dri / "renderD128", dri / "real128")
+    os.symlink("real128", dri / "renderD128")
+    (dri / "renderD129").unlink()
+    os.symlink("nowhere", dri / "renderD129")
+    snap = read_devices(root.config(), read_sysfs(root.sys, with_state=False), Creds(0, 0, ()))
+    linked = snap.node("/dev/dri/renderD128")
+    assert linked is not None and linked.is_char and linked.rdev == (226, 128)
+    dangling = snap.node("/dev/dri/renderD129")
+    assert dangling is not None and not dangling.exists
+
+
 def test_acl_is_read(tmp_path: Path) -> None:
     root = two_gpu_root(tmp_path)
     path = root.dev / "dri" / "renderD128"

@@ -205,7 +205,7 @@ def read_boot_id(procfs: Path) -> str | None:
 
 def _read_acl(path: Path) -> tuple[tuple[AclEntry, ...] | None, str | None]:
     try:
-        data = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+        data = os.getxattr(path, _ACL_XATTR)
     except OSError as e:
         if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
             return (), None
@@ -229,7 +229,7 @@ def _stat_node(
     host = config.host_path(path)
     kind = node_kind(name)
     try:
-        st = os.stat(path, follow_symlinks=False)
+        st = os.stat(path)  # a symlinked node opens as its target, so judge the target
     except FileNotFoundError:
         return DeviceNode(host, name, kind, exists=False, sysfs_dev=sysfs_dev)
     except OSError as e:
