@@ -101,3 +101,16 @@ def test_never_run_sources_report_failures_from_zero_but_no_up() -> None:
     assert registry.get_sample_value("rocm_watchdog_source_failures_total", {"source": "rocm-smi"}) == 0
     assert registry.get_sample_value("rocm_watchdog_source_up", {"source": "rocm-smi"}) is None
     assert registry.get_sample_value("rocm_watchdog_build_info", {"version": "0.1.0"}) == 1
+
+
+def test_state_files_share_one_family() -> None:
+    from exporter.model.kernel import KernelLogState
+
+    store = filled_store()
+    store.register("kernel-log", 1, 3)
+    store.record_success("kernel-log", KernelLogState(cursor_corrupt=True), 0.001, NOW)
+    registry = make_registry(store, Config(), clock=lambda: NOW)
+    text = generate_latest(registry).decode()
+    assert text.count("# TYPE rocm_watchdog_state_file_corrupt gauge") == 1
+    assert registry.get_sample_value("rocm_watchdog_state_file_corrupt", {"file": "kernel-log-cursor.json"}) == 1
+    check_metrics(text)

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import structlog
 from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root, capture_gpus
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client import generate_latest
 
-from exporter.metrics.devices import device_families
+from exporter.config import Config
+from exporter.metrics.collector import make_registry
 from exporter.model.devices import DeviceWatchState
 from exporter.sources.devices import DevicesSource
+from exporter.store import SnapshotStore
 from exporter.watchdog.baseline import baseline_accept
 from exporter.watchdog.check import run_check
 from exporter.watchdog.drift import BASELINE_KINDS, KINDS
@@ -45,18 +46,13 @@ def host(base: Path) -> FakeRoot:
     )
 
 
-class _One(Collector):
-    def __init__(self, state: DeviceWatchState | None) -> None:
-        self.state = state
-
-    def collect(self) -> Iterator[Metric]:
-        yield from device_families(self.state)
-
-
 def scrape(state: DeviceWatchState | None) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_One(state))
-    return generate_latest(registry).decode()
+    """The exposition of the real collector with this devices state in its store."""
+    store = SnapshotStore()
+    store.register("devices", 15, 45)
+    if state is not None:
+        store.record_success("devices", state, 0.01, time.time())
+    return generate_latest(make_registry(store, Config())).decode()
 
 
 def acl(root: FakeRoot) -> None:
@@ -304,7 +300,7 @@ def test_metrics_of_a_healthy_host(tmp_path: Path) -> None:
     assert line("rocm_watchdog_state_file_corrupt", 0.0, file="baseline.json") in text
     assert f"rocm_baseline_timestamp_seconds {T0}" in text.replace("1.7e+09", str(T0))
     assert "rocm_device_condition{" not in text
-    assert scrape(None) == ""
+    assert "rocm_device" not in scrape(None)
 
 
 def test_corrupt_baseline_metric(tmp_path: Path) -> None:

@@ -16,14 +16,16 @@ from exporter.config import Config
 from exporter.inventory import GpuView, merge_gpus, merge_links
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
-from exporter.metrics.health import health_families
+from exporter.metrics.health import health_families, state_file_family
 from exporter.metrics.kernel import kernel_families
 from exporter.model.devices import DeviceWatchState
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiReport
+from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
+from exporter.watchdog.baseline import BASELINE_FILE
 
 # Tools in order of precedence when both have data for a GPU.
 SMI_SOURCES = ("amd-smi", "rocm-smi")
@@ -87,12 +89,19 @@ class RocmCollector(Collector):
             yield from process_families(processes, self._config.top_processes)
         devices = view.fresh_data("devices")
         yield from device_families(devices if isinstance(devices, DeviceWatchState) else None)
+        corrupt: dict[str, bool] = {}
+        if isinstance(devices, DeviceWatchState):
+            corrupt[BASELINE_FILE] = devices.baseline_corrupt is not None
         # Kernel-log counters are cumulative counts of what was read: they stay exported when the reader
         # fails (its health series say so), so increase() keeps working across a reader outage.
         entry = view.entries.get("kernel-log")
         kernel = entry.data if entry is not None and isinstance(entry.data, KernelLogState) else None
         if entry is not None:
             yield from kernel_families(kernel, known_gpus(view))
+        if kernel is not None:
+            corrupt[CURSOR_FILE] = kernel.cursor_corrupt
+        if corrupt:
+            yield state_file_family(corrupt)
         yield from health_families(view)
 
 

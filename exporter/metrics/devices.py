@@ -9,7 +9,6 @@ from prometheus_client.core import Metric
 from exporter.metrics import names as n
 from exporter.metrics.families import label, new_family
 from exporter.model.devices import Condition, DeviceWatchState
-from exporter.watchdog.baseline import BASELINE_FILE
 from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS
 
 
@@ -106,10 +105,6 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
             if c is not None:
                 groups.add_metric([group], _flag(c.active))
         yield groups
-
-    corrupt = new_family(n.STATE_FILE_CORRUPT)
-    corrupt.add_metric([BASELINE_FILE], _flag(state.baseline_corrupt is not None))
-    yield corrupt
 
     active = new_family(n.DEVICE_CONDITION)
     since = new_family(n.DEVICE_CONDITION_SINCE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import Metric
 
@@ -33,3 +33,11 @@ def health_families(view: StoreView) -> Iterator[Metric]:
     build = new_family(names.BUILD_INFO)
     build.add_metric([__version__], 1)
     yield build
+
+
+def state_file_family(corrupt: Mapping[str, bool]) -> Metric:
+    """One family for every state file (baseline, kernel-log cursor): 1 when it was unreadable and moved aside."""
+    family = new_family(names.STATE_FILE_CORRUPT)
+    for file in sorted(corrupt):
+        family.add_metric([file], 1 if corrupt[file] else 0)
+    return family
