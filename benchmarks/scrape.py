@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakeroot import FakeOther, build_root, capture_gpus  # noqa: E402
-from stubs import FIXTURES, rocm_smi_stub  # noqa: E402
+from paths import FIXTURES  # noqa: E402
+from stubs import rocm_smi_stub  # noqa: E402
 
 MI100 = FIXTURES / "smi" / "rocm-smi" / "telegraf-mi100_rocm571.json"
 

@@ -45,10 +45,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paths import FIXTURES
+
 from exporter.config import Config
 
 DRM_MAJOR = 226
-FIXTURES = Path("/work/shared/fixtures")
+
 KFD_CAPTURES = FIXTURES / "sysfs" / "kfd-topology"
 
 DEFAULT_GIDS: dict[str, int] = {"video": 44, "render": 109}  # Debian/Ubuntu: static video, dynamic render

@@ -13,11 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-if not SHARED.is_dir():  # CI checks out the project beside ../shared too; fall back to the env layout
-    SHARED = Path("/work/shared")
-FIXTURES = SHARED / "fixtures"
-DATA = Path(__file__).parent / "data"
+from paths import DATA
 
 _SCRIPT = """#!{python}
 import json, os, sys, time

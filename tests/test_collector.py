@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from paths import DATA, FIXTURES
 from prometheus_client import generate_latest
 from promtool import check_metrics, compare_golden
-from stubs import DATA, FIXTURES
 
 from exporter.config import Config
 from exporter.metrics.collector import make_registry

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+from paths import FIXTURES
 from promtool import check_metrics, compare_golden
-from stubs import FIXTURES, Stub, rocm_smi_stub
+from stubs import Stub, rocm_smi_stub
 
 MI100 = FIXTURES / "smi" / "rocm-smi" / "telegraf-mi100_rocm571.json"
 # The MI100 capture's GPUs, so sysfs and rocm-smi join by PCI address (first two of its six).

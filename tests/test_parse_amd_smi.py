@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 
 from exporter.model import ParseError
 from exporter.model.smi import SmiGpu, SmiLink, SmiProcess, SmiReport
@@ -23,9 +24,7 @@ from exporter.parsers.amd_smi import (
 )
 from exporter.parsers.common import normalize_bdf
 
-SHARED = Path("/work/shared/fixtures/smi")
-if not SHARED.is_dir():  # a checkout next to the shared folder
-    SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "smi"
+SHARED = FIXTURES / "smi"
 DATA = Path(__file__).parent / "data" / "amd-smi"
 SHARED_CAPTURES = sorted(p for p in (SHARED / "amd-smi").glob("*") if p.is_file() and p.name != "PROVENANCE.md")
 SYNTHETIC = sorted(p for p in DATA.glob("*") if p.is_file() and p.name != "PROVENANCE.md")

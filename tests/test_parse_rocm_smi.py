@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 
 from exporter.model import ParseError
 from exporter.model.smi import SmiLink, SmiProcess, SmiReport
 from exporter.parsers.rocm_smi import completeness, parse_rocm_smi, supports_json
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "smi"
+SHARED = FIXTURES / "smi"
 DATA = Path(__file__).resolve().parent / "data" / "rocm-smi"
 
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from stubs import DATA, FIXTURES, amd_smi_stub, make_stub, rocm_smi_stub
+from paths import DATA, FIXTURES
+from stubs import amd_smi_stub, make_stub, rocm_smi_stub
 
 from exporter.config import Config
 from exporter.model.smi import SmiReport

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from paths import FIXTURES
 
 from exporter.model import ParseError
 from exporter.model.gpu import RasCount
 from exporter.parsers import sysfs as p
 
-CAPTURES = Path("/work/shared/fixtures/sysfs/kfd-topology")
-PROCFS_CARD0 = Path("/work/shared/fixtures/sysfs/procfs-drm-amdgpu/sys/class/drm/card0/device")
+CAPTURES = FIXTURES / "sysfs" / "kfd-topology"
+PROCFS_CARD0 = FIXTURES / "sysfs" / "procfs-drm-amdgpu" / "sys" / "class" / "drm" / "card0" / "device"
 
 
 def _capture_property_files() -> list[Path]:

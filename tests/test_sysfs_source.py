@@ -13,12 +13,13 @@ import pytest
 from fakeroot import FakeGpu, FakeOther, FakeRoot, FakeXcp, build_root, capture_gpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 
 from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
 from exporter.sources import SourceError
 from exporter.sources.sysfs import SysfsSource, read_sysfs
 
-PROCFS_SYS = Path("/work/shared/fixtures/sysfs/procfs-drm-amdgpu/sys")
+PROCFS_SYS = FIXTURES / "sysfs" / "procfs-drm-amdgpu" / "sys"
 
 
 def _by_bdf(snap: SysfsSnapshot) -> dict[str, GpuIdentity]:
