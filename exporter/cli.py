@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -283,28 +282,10 @@ def cmd_once(config: Config, output: Path | None) -> int:
     if output is None:
         sys.stdout.buffer.write(text)
         return 0
+    from exporter.statefile import write_atomic
+
     write_atomic(output, text)
     return 0
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory: readers see old or new, whole."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def cmd_serve(config: Config) -> int:

@@ -15,12 +15,11 @@ from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
 
 from exporter.model.devices import ACL_GROUP, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_USER, ACL_USER_OBJ, AclEntry
 from exporter.model.devices import ProcessCreds as Creds
+from exporter.parsers.host import parse_group_file, parse_passwd_file
 from exporter.sources.devices import (
     can_open_rw,
     grant_gids,
     parse_acl_xattr,
-    parse_group_file,
-    parse_passwd_file,
     read_devices,
 )
 from exporter.sources.sysfs import read_sysfs

@@ -12,7 +12,7 @@ from exporter.config import Config
 from exporter.metrics.gpu import process_families
 from exporter.model.processes import ProcessInfo
 from exporter.model.smi import SmiProcess
-from exporter.parsers.procfs import parse_cgroup, parse_id_names
+from exporter.parsers.host import parse_cgroup
 from exporter.sources import SourceError
 from exporter.sources.processes import ProcessesSource
 
@@ -44,12 +44,6 @@ CID = "4f1c2d3e" * 8
 )
 def test_parse_cgroup(cgroup: str, container: str | None, pod: str | None) -> None:
     assert parse_cgroup(cgroup) == (container, pod)
-
-
-def test_parse_id_names_first_name_wins_and_junk_is_skipped() -> None:
-    text = "root:x:0:0:root:/root:/bin/bash\n# comment\nbroken line\nalice:x:1000:1000::/home/alice:/bin/sh\n"
-    text += "alias:x:1000:1000::/:/bin/sh\nnum:x:notanumber:0::/:/bin/sh\n"
-    assert parse_id_names(text) == {0: "root", 1000: "alice"}
 
 
 def fake_host(tmp_path: Path) -> Config:

@@ -41,6 +41,7 @@ from exporter.model.devices import (
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
+from exporter.parsers.host import parse_group_file, parse_passwd_file
 from exporter.watchdog.baseline import (
     EVENT_BASELINE_CREATED,
     UNHEALTHY_KINDS,
@@ -60,41 +61,6 @@ _RW = 0o6
 
 
 # Pure helpers ---------------------------------------------------------------------------------------
-
-
-def parse_group_file(text: str) -> tuple[dict[str, int], dict[int, str], list[str]]:
-    """``etc/group`` -> (gid by name, first name by gid, warnings). A bad line is a warning, not an error."""
-    by_name: dict[str, int] = {}
-    by_gid: dict[int, str] = {}
-    warnings: list[str] = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#") or line[0] in "+-":  # NIS compat entries carry no gid of their own
-            continue
-        fields = line.split(":")
-        if len(fields) < 3 or not fields[0] or not fields[2].isdigit():
-            warnings.append(f"group line {lineno}: not name:x:gid:members")
-            continue
-        gid = int(fields[2])
-        by_name.setdefault(fields[0], gid)
-        by_gid.setdefault(gid, fields[0])
-    return by_name, by_gid, warnings
-
-
-def parse_passwd_file(text: str) -> tuple[dict[int, str], list[str]]:
-    """``etc/passwd`` -> (first user name by uid, warnings)."""
-    by_uid: dict[int, str] = {}
-    warnings: list[str] = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#") or line[0] in "+-":
-            continue
-        fields = line.split(":")
-        if len(fields) < 4 or not fields[0] or not fields[2].isdigit():
-            warnings.append(f"passwd line {lineno}: not name:x:uid:gid:...")
-            continue
-        by_uid.setdefault(int(fields[2]), fields[0])
-    return by_uid, warnings
 
 
 def parse_acl_xattr(data: bytes) -> tuple[AclEntry, ...]:

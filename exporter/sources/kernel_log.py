@@ -29,6 +29,7 @@ from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import KernelLogLineParser
 from exporter.sources import SourceError
+from exporter.statefile import write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
 
@@ -230,22 +231,6 @@ def gpu_ports(sysfs: Path, gpus: Sequence[str]) -> dict[str, str]:
                 break
             node = node.parent
     return ports
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _event_to_json(event: KernelEvent) -> dict[str, object]:
@@ -529,7 +514,7 @@ class KernelLogSource:
             "pending": [_event_to_json(e) for e in cur.pending],
         }
         try:
-            _write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
+            write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
                 raise SourceError(f"cannot persist the kernel-log cursor in {self.config.state_dir}: {exc}") from exc

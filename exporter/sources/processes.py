@@ -19,7 +19,7 @@ from exporter.config import Config
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiProcess
 from exporter.parsers.common import parse_int
-from exporter.parsers.procfs import parse_cgroup, parse_id_names
+from exporter.parsers.host import parse_cgroup, parse_passwd_file
 from exporter.sources import SourceError
 
 
@@ -87,7 +87,7 @@ class ProcessesSource:
             raise SourceError(f"procfs not found at {self._procfs}")
         kfd = read_kfd_processes(self._sysfs)
         smi = merge_smi_processes(self._smi_processes())
-        users = parse_id_names(_read(self._passwd) or "")
+        users, _ = parse_passwd_file(_read(self._passwd) or "")
         infos = []
         for pid in sorted(set(kfd) | set(smi)):
             kfd_vram, gpu_ids = kfd.get(pid, (None, ()))

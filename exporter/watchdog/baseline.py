@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from exporter.model.devices import (
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
+from exporter.statefile import commit, fsync_dir, write_atomic, write_temp
 from exporter.watchdog.drift import BASELINE_KINDS, evaluate, hip_indices
 
 log = structlog.get_logger(__name__)
@@ -246,14 +246,6 @@ def from_json(obj: object) -> Baseline:
 # I/O: the store -------------------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class BaselineStore:
     """``baseline.json`` in a state directory. Safe against crashes; not meant for concurrent writers."""
 
@@ -308,29 +300,16 @@ class BaselineStore:
             n += 1
             target = self.state_dir / f"{BASELINE_FILE}{CORRUPT_INFIX}{stamp}.{n}"
         os.rename(self.path, target)
-        _fsync_dir(self.state_dir)
+        fsync_dir(self.state_dir)
         return target
 
     def write_temp(self, baseline: Baseline) -> Path:
         """First half of ``write``: the new content, durable, under a temp name. Split out to test crashes."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         data = (json.dumps(to_json(baseline), indent=2, sort_keys=False) + "\n").encode()
-        fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.state_dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(name)
-            raise
-        os.chmod(name, 0o644)
-        return Path(name)
+        return write_temp(self.path, data, prefix=_TMP_PREFIX)
 
     def commit(self, temp: Path) -> None:
-        os.replace(temp, self.path)
-        _fsync_dir(self.state_dir)
+        commit(temp, self.path)
         for stale in self.temp_files():  # left by a crash between write_temp and commit
             with contextlib.suppress(OSError):
                 stale.unlink()
@@ -357,22 +336,6 @@ def fingerprint(b: Baseline) -> str:
     for key in ("created", "created_utc", "boot_id"):
         body.pop(key, None)
     return json.dumps(body, sort_keys=True)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
-    _fsync_dir(path.parent)
 
 
 class AutoAccept:
@@ -418,7 +381,7 @@ class AutoAccept:
             boots = []
         if proposed.boot_id not in boots:
             boots.append(proposed.boot_id)
-            _atomic_write_bytes(self.path, json.dumps({"fingerprint": fp, "boots": boots}).encode() + b"\n")
+            write_atomic(self.path, json.dumps({"fingerprint": fp, "boots": boots}).encode() + b"\n")
         if len(boots) < self.boots:
             return False
         self.store.write(proposed)
