@@ -7,9 +7,13 @@ import os
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ROCM_WATCHDOG_SHARED", PROJECT.parent / "shared"))
+_CANDIDATES = [Path(p) for p in (os.environ.get("ROCM_WATCHDOG_SHARED"),) if p] + [
+    PROJECT.parent / "shared",
+    Path("/work/shared"),  # the workplace's copy, for a checkout made elsewhere (e.g. a clone in a temp dir)
+]
+SHARED = next((p for p in _CANDIDATES if (p / "fixtures").is_dir()), _CANDIDATES[0])
 FIXTURES = SHARED / "fixtures"
 DATA = Path(__file__).parent / "data"
 
 if not FIXTURES.is_dir():
-    raise RuntimeError(f"shared captures not found at {FIXTURES}: check out the project beside ../shared")
+    raise RuntimeError(f"shared captures not found in {', '.join(map(str, _CANDIDATES))}: set ROCM_WATCHDOG_SHARED")
