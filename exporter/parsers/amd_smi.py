@@ -58,7 +58,9 @@ _UNIT_BYTES: dict[str, int] = {
 _SIZE = re.compile(r"^\s*(?P<num>[-+]?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]+)?\s*$")
 _INT_WITH_UNIT = re.compile(r"^\s*(?P<num>[-+]?(?:0[xX][0-9a-fA-F]+|\d+))(?:\s+[A-Za-z%/]+)?\s*$")
 _GPU_HEADER = re.compile(r"^GPU:\s*(?P<index>[0-9]{1,9})\s*$")
-_OTHER_HEADER = re.compile(r"^(?:CPU|CORE|NIC|SWITCH):\s*\d+\s*$")
+# Blocks of other device kinds (``CPU: 0``, ``CORE: 3``, ``AI_NIC: 0`` of amd-smi >= 26, ``SWITCH: 1``): amd-smi
+# data, but not about GPUs.
+_OTHER_HEADER = re.compile(r"^(?!GPU:)[A-Z][A-Z0-9_]*:\s*\d{1,9}\s*$")
 _TABLE_TITLE = re.compile(r"^(?P<name>[A-Z][A-Z0-9 /_-]*?)\s+TABLE:\s*$")
 _GPU_KEY = re.compile(r"^gpu_(?P<index>[0-9]{1,9})$")
 _NO_PROCESSES = "no running processes detected"
@@ -455,11 +457,18 @@ def _parse_block(lines: Sequence[tuple[int, str]], out: _Builder) -> dict[str, A
     """Indented ``KEY: value`` / ``KEY:`` lines (under a ``GPU: N`` header) as nested dicts, keys lower-case."""
     root: dict[str, Any] = {}
     stack: list[tuple[int, dict[str, Any]]] = [(-1, root)]
+    open_value: tuple[dict[str, Any], str] | None = None
     for number, line in lines:
         content = line.strip()
         if not content:
             continue
         indent = _indent(line)
+        if open_value is not None:  # a ``[a, b,`` list the YAML dump folded over several lines
+            node_, key_ = open_value
+            node_[key_] = f"{node_[key_]} {content}"
+            if "]" in content:
+                open_value = None
+            continue
         key, sep, value = content.partition(":")
         key = key.strip().lower()
         if not sep or not key:
@@ -482,6 +491,10 @@ def _parse_block(lines: Sequence[tuple[int, str]], out: _Builder) -> dict[str, A
             node[key] = child
         if isinstance(child, dict):
             stack.append((indent, child))
+        elif (
+            isinstance(child, str) and child.startswith("[") and "]" not in child and not isinstance(node[key], _Multi)
+        ):
+            open_value = (node, key)
     return root
 
 
@@ -525,6 +538,96 @@ def _interpret_tables(tables: Sequence[_Table], out: _Builder) -> bool:
                     value = _integer(cell, out.warn, f"line {number} {name} {row_bdf}->{columns[j]}")
                 out.set_link(i, j, field, value)
     return found
+
+
+# --------------------------------------------------------------------------- monitor tables
+
+# ``amd-smi monitor`` (``GPU  [XCP]  POWER ... VRAM_USAGE``, ``TIMESTAMP`` first under ``--watch``) and the
+# ``PROCESS INFO:`` table of ``monitor --process``: right-aligned columns whose cells hold a value and its unit
+# (``305 W``, ``97 %``, ``3.0/191.7 GB``, ``2.9/ 15.9 GB``, ``0 ns``). Cells are read as value+unit tokens.
+_MONITOR_HEADER = re.compile(r"^\s*(?:TIMESTAMP\s+)?GPU(?:\s+[A-Z][A-Z0-9_]*%?){2,}\s*$")
+_UNITS = r"(?:W|mW|kW|°C|C|°F|MHz|GHz|%|B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|ns|us|ms|s|mV|V|GT/s|RPM)"
+_CELL = re.compile(
+    r"(?P<usage>\d+(?:\.\d+)?/\s*\d+(?:\.\d+)?(?:\s+" + _UNITS + r")?(?!\S))"
+    r"|(?P<plain>\S+(?:\s+" + _UNITS + r"(?!\S))?)"
+)
+_USED_TOTAL = re.compile(r"^(?P<used>\d+(?:\.\d+)?)/\s*(?P<total>\d+(?:\.\d+)?)(?:\s+(?P<unit>\S+))?$")
+
+
+def _cells(line: str) -> list[str]:
+    return [m.group(0) for m in _CELL.finditer(line.expandtabs(8))]
+
+
+def _scan_monitor(lines: Sequence[str], i: int, out: _Builder, title: str | None) -> int:
+    """One monitor table whose header is on line ``i``; returns the first line after its rows."""
+    header = lines[i].split()
+    columns = {name: position for position, name in enumerate(header)}
+    number = i + 1
+    i += 1
+    latest: dict[int, tuple[int, dict[str, str]]] = {}  # --watch repeats rows: the last sample wins
+    while i < len(lines) and lines[i].strip():
+        cells = _cells(lines[i])
+        if not cells or not (
+            cells[0].isdigit() or (header[0] == "TIMESTAMP" and len(cells) > 1 and cells[1].isdigit())
+        ):
+            break
+        if len(cells) != len(header):
+            out.warn(f"line {i + 1}: monitor row has {len(cells)} cells for {len(header)} columns: {lines[i].strip()}")
+            i += 1
+            continue
+        row = dict(zip(header, cells, strict=True))
+        index = _gpu_index(row["GPU"])
+        if index is None:
+            out.warn(f"line {i + 1}: monitor row with an unreadable GPU index: {lines[i].strip()}")
+        elif title == "PROCESS INFO":
+            _monitor_process(row, index, i + 1, out)
+        elif is_missing(row.get("XCP")) or _integer(row.get("XCP"), out.warn, f"line {i + 1} XCP") == 0:
+            latest[index] = (i + 1, row)  # XCP > 0 rows repeat the GPU for its other partitions' engines
+        else:
+            out.gpu(index)
+        i += 1
+    if title is None and not latest and "GPU" in columns:
+        out.warn(f"line {number}: monitor table without rows")
+    for index, (row_line, row) in sorted(latest.items()):
+        out.gpu(index)
+        where = f"line {row_line} GPU {index}"
+        usage = row.get("VRAM_USAGE")
+        if usage is not None and not is_missing(usage):
+            m = _USED_TOTAL.match(usage)
+            if m is None:
+                out.warn(f"{where}: VRAM_USAGE is not used/total: {usage!r}")
+            else:
+                unit = m["unit"] or "MB"
+                out.set_gpu(index, "vram_used_bytes", _size_bytes(f"{m['used']} {unit}", "MB", out.warn, where))
+                out.set_gpu(index, "vram_total_bytes", _size_bytes(f"{m['total']} {unit}", "MB", out.warn, where))
+        for column, field in (("VRAM_USED", "vram_used_bytes"), ("VRAM_TOTAL", "vram_total_bytes")):
+            if column in row:
+                out.set_gpu(index, field, _size_bytes(row[column], "MB", out.warn, f"{where} {column}"))
+    return i
+
+
+def _monitor_process(row: Mapping[str, str], index: int, line: int, out: _Builder) -> None:
+    where = f"line {line} GPU {index}"
+    pid = _integer(row.get("PID"), out.warn, f"{where} PID")
+    if pid is None:
+        out.warn(f"{where}: process without a PID: {dict(row)!r}")
+        return
+    out.gpu(index)
+    name = _text(row.get("NAME"))
+
+    def size(column: str) -> int | None:
+        return _size_bytes(row[column], "B", out.warn, f"{where} pid {pid} {column}") if column in row else None
+
+    out.processes.append(
+        SmiProcess(
+            pid=pid,
+            name=name or None,
+            gpu=index,
+            vram_used_bytes=size("VRAM_MEM"),
+            gtt_used_bytes=size("GTT_MEM"),
+            cpu_used_bytes=size("CPU_MEM"),
+        )
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -590,6 +693,19 @@ def parse_amd_smi(text: str) -> SmiReport:
                 parts.append((builder.report(), True))
                 first_format = first_format or "text"
             continue
+        if _MONITOR_HEADER.match(line) or (
+            content == "PROCESS INFO:" and i + 1 < n and _MONITOR_HEADER.match(lines[i + 1])
+        ):
+            title = None
+            if content == "PROCESS INFO:":
+                title = "PROCESS INFO"
+                i += 1
+            builder = _Builder("text", warnings)
+            i = _scan_monitor(lines, i, builder, title)
+            if builder.gpus:
+                parts.append((builder.report(), False))
+                first_format = first_format or "text"
+            continue
         if content == "Legend:":
             i += 1
             while i < n and lines[i][:1] in (" ", "\t") and lines[i].strip():
@@ -608,7 +724,7 @@ def parse_amd_smi(text: str) -> SmiReport:
 def _is_tool_message(content: str) -> bool:
     head = content.split(":", 1)[0].strip().upper()
     return head in {"WARNING", "ERROR", "CRITICAL", "INFO", "DEBUG"} or content.lower().startswith(
-        ("fail to ", "failed to ", "can not find", "cannot find", "amdsmi")
+        ("fail to ", "failed to ", "can not find", "cannot find", "amdsmi", "'ctrl' + 'c' to stop")
     )
 
 
