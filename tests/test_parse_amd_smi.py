@@ -96,7 +96,7 @@ def test_every_capture_parses_with_invariants(path: Path) -> None:
     assert report.gpus, "every amd-smi output names at least one GPU"
     assert report.format == ("json" if "_json" in path.name else "text")
     # Tool messages are kept verbatim; nothing else in these files is unplaceable.
-    assert all(w.startswith(("WARNING:", "Fail to open")) for w in report.warnings)
+    assert all(w.startswith(("WARNING:", "Fail to open", "'CTRL' + 'C'")) for w in report.warnings)
 
 
 @pytest.mark.parametrize("path", SHARED_CAPTURES + SYNTHETIC, ids=lambda p: p.name)
@@ -695,3 +695,70 @@ def test_help_parser_gives_a_result_or_a_parse_error(text: str) -> None:
             continue
         assert isinstance(result, AmdSmiHelp)
         amd_smi_commands([result])
+
+
+# --------------------------------------------------------------------------- formats seen in public pastes
+
+
+def test_monitor_watch_table_last_sample_wins_and_usage_with_padded_total() -> None:
+    report = sample("monitor_text_watch-timestamp_2gpu.txt")
+    assert report.format == "text"
+    assert [g.index for g in report.gpus] == [0, 1]
+    gpu0, gpu1 = report.gpus
+    assert gpu0.vram_used_bytes == round(6.5 * GIB)
+    assert gpu0.vram_total_bytes == 64 * GIB
+    assert gpu1.vram_used_bytes is None  # the last sample printed N/A: never 0, never the older sample
+    assert gpu1.vram_total_bytes is None
+    assert report.warnings == (GROUPS_WARNING, "'CTRL' + 'C' to stop watching output:")
+
+
+def test_monitor_xcp_rows_and_gtt_usage_are_not_vram() -> None:
+    report = sample("monitor_text_xcp-gtt-usage_2gpu.txt")
+    assert report.gpus == (SmiGpu(index=0), SmiGpu(index=1))
+    assert report.warnings == ()
+
+
+def test_monitor_process_table() -> None:
+    report = sample("monitor-process_text_2proc_1gpu.txt")
+    assert report.gpus == (SmiGpu(index=0, vram_total_bytes=128 * GIB, vram_used_bytes=12 * GIB),)
+    assert report.processes == (
+        SmiProcess(
+            pid=41001,
+            name="trainer",
+            gpu=0,
+            vram_used_bytes=round(10.5 * GIB),
+            gtt_used_bytes=2 * MIB,
+            cpu_used_bytes=8 * 1024,
+        ),
+        SmiProcess(pid=41002, name=None, gpu=0, vram_used_bytes=512 * MIB, gtt_used_bytes=0, cpu_used_bytes=0),
+    )
+    assert report.warnings == ()
+
+
+def test_monitor_row_that_does_not_fit_the_header_is_a_warning() -> None:
+    text = "GPU  POWER   GPU_T      VRAM_USAGE\n  0  100 W   40 °C    1.0/8.0 GB\n  1  100 W   1.0/8.0 GB\n"
+    report = parse_amd_smi(text)
+    assert report.gpus == (SmiGpu(index=0, vram_total_bytes=8 * GIB, vram_used_bytes=GIB),)
+    assert len(report.warnings) == 1
+    assert report.warnings[0].startswith("line 3: monitor row has 3 cells for 4 columns")
+
+
+def test_list_with_an_ai_nic_block_keeps_the_gpu_and_skips_the_nic() -> None:
+    report = sample("list_text_ai-nic-block-after-gpu_1gpu.txt")
+    assert report.gpus == (
+        SmiGpu(
+            index=0,
+            pci_bus="0000:41:00.0",
+            uuid="11ff22aa-0000-1000-8000-0123456789ab",
+            kfd_id=1234,
+            node_id=1,
+            partition_id=0,
+        ),
+    )
+    assert report.warnings == ()
+
+
+def test_a_list_value_folded_over_lines_is_not_a_warning() -> None:
+    report = sample("metric_text_folded-list_1gpu.txt")
+    assert report.gpus == (SmiGpu(index=0, vram_total_bytes=24560 * MIB, vram_used_bytes=1200 * MIB),)
+    assert report.warnings == ()
