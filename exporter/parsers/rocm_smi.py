@@ -59,6 +59,25 @@ _HEX = re.compile(r"^0x[0-9a-f]+$")
 _LINK_TYPES = frozenset({"PCIE", "XGMI"})  # rsmi_topo_get_link_type: 1 and 2; anything else prints XXXX
 _DRIVER_LINE = re.compile(r"^Driver version:\s*(?P<value>.*)$", re.IGNORECASE)
 _CSV_START = ("device,", "system,", "name,")
+# Paste framing around a capture (issue threads, chat, docs): the command line that ran rocm-smi, with or
+# without a shell prompt (``$ rocm-smi --showpids``, ``root@host:~# sudo rocm-smi -a``, ``rocm-smi -a``), and
+# Markdown code fences. They are placed (not tool output, not unplaceable); a prompt line starts a new output.
+_COMMAND_LINE = re.compile(
+    r"^(?:[^\s$#%>]{0,80}[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?rocm[-_]smi(?:\.py)?(?:\s.*)?$"
+)
+_FENCE = re.compile(r"^(?:```|~~~)[\w+-]*$")
+# The concise table's header (plain ``rocm-smi``). ROCm <= 3.x printed it under an untitled spacer, and
+# ROCm 1.9 indented it by one space, so it is recognised by its columns, not by a section title.
+_CONCISE_HEADER = re.compile(r"^(?:GPU|Device)\s+(?:Node\s+|IDs\s+)*(?:Temp|AvgPwr|Power|SCLK)\b")
+# --showpidgpus (also in ``rocm-smi -a``): "PID <n> is using <k> DRM device(s):" then the device indices.
+_PIDGPUS_LINE = re.compile(r"^PID \d{1,12} is using \d{1,9} DRM device\(s\):?$")
+_INDEX_LIST = re.compile(r"^\d{1,9}(?:\s+\d{1,9})*$")
+# A GPU[n] line without "key: value" is a sub-heading or list item of a metric this parser does not read
+# (``OD_SCLK:``, ``Supported sclk frequencies on GPU0``), or the tool saying a query failed: the latter are warnings.
+_GPU_COMPLAINT = re.compile(
+    r"not supported|unsupported|unable|not implemented|error|fail|cannot|can't|invalid|denied|permission",
+    re.IGNORECASE,
+)
 
 # Messages only rocm-smi prints; a capture holding nothing else is still a rocm-smi capture (with no data).
 _TOOL_MESSAGES = (
@@ -131,6 +150,15 @@ _KNOWN_GPU_KEYS = frozenset(
 class _PidTable:
     columns: list[str]
     details: bool
+
+
+@dataclass
+class _Matrix:
+    """One topology matrix being read: its GPU columns and a row the issue renderer may have wrapped."""
+
+    columns: list[int]
+    rows: int = 0
+    pending: tuple[int, list[str], str] | None = None  # row label, cells so far, text so far
 
 
 @dataclass
@@ -231,12 +259,12 @@ def parse_rocm_smi(text: str) -> SmiReport:
             _ingest_free_lines(state, lines)
             return _build(state, "text")
         raise ParseError("empty input: no rocm-smi output", 1)
-    lineno, stripped = first
-    if stripped.startswith("{"):
+    lineno, kind = _detect(lines, first[0])
+    if kind == "json":
         return _parse_json(text, lines, lineno)
-    if stripped.startswith("["):
+    if kind == "array":
         raise ParseError("a JSON array is not rocm-smi output (amd-smi prints arrays)", lineno + 1)
-    if stripped.lower().replace(" ", "").startswith(_CSV_START):
+    if kind == "csv":
         return _parse_csv(lines, lineno)
     return _parse_text(lines)
 
@@ -281,12 +309,37 @@ def completeness(report: SmiReport, *, expect_topology: bool = True) -> list[str
 
 
 def _first_data_line(lines: list[str]) -> tuple[int, str] | None:
-    """The first line that is neither blank nor a log line (0-based index, stripped text)."""
+    """The first line that is neither blank, a log line nor paste framing (0-based index, stripped text)."""
     for i, line in enumerate(lines):
         stripped = line.strip()
-        if stripped and not _LOG_LINE.match(stripped):
+        if stripped and not _LOG_LINE.match(stripped) and not _is_framing(stripped):
             return i, stripped
     return None
+
+
+def _is_framing(stripped: str) -> bool:
+    return _FENCE.match(stripped) is not None or _COMMAND_LINE.match(stripped) is not None
+
+
+def _detect(lines: list[str], start: int) -> tuple[int, str]:
+    """The format, from the first line that decides it: a JSON object, a CSV header, or text framing.
+
+    Lines that decide nothing (a sentence before the paste, the command with its prompt, a code fence) are
+    skipped, so a paste's preamble does not turn a JSON or CSV capture into unreadable text.
+    """
+    for i in range(start, len(lines)):
+        stripped = lines[i].strip()
+        if not stripped or _LOG_LINE.match(stripped) or _is_framing(stripped):
+            continue
+        if stripped.startswith("{"):
+            return i, "json"
+        if stripped == "[" or stripped.startswith(("[{", "[ {")):
+            return i, "array"
+        if stripped.lower().replace(" ", "").startswith(_CSV_START):
+            return i, "csv"
+        if _SPACER.match(stripped) or _BANNER.match(stripped) or _GPU_LINE.match(stripped):
+            return i, "text"
+    return start, "text"
 
 
 def _has_tool_message(lines: Iterable[str]) -> bool:
@@ -297,7 +350,7 @@ def _ingest_free_lines(state: _State, lines: Iterable[str]) -> None:
     """Lines around the JSON/CSV data: blank lines and banners are placed, the rest are warnings."""
     for line in lines:
         stripped = line.strip()
-        if not stripped or _SPACER.match(stripped) or _BANNER.match(stripped):
+        if not stripped or _SPACER.match(stripped) or _BANNER.match(stripped) or _is_framing(stripped):
             continue
         state.warnings.append(stripped)
 
@@ -372,6 +425,9 @@ def _parse_csv(lines: list[str], lineno: int) -> SmiReport:
         if _LOG_LINE.match(stripped):
             state.warnings.append(stripped)
             continue
+        if _is_framing(stripped):
+            header = None
+            continue
         try:
             cells = next(csv.reader([stripped], skipinitialspace=True))
         except (csv.Error, StopIteration):
@@ -421,7 +477,7 @@ def _parse_text(lines: list[str]) -> SmiReport:
     state = _State()
     recognised = False
     section = ""
-    matrix_columns: list[int] | None = None
+    matrix: _Matrix | None = None
     pid_table: _PidTable | None = None
     for raw in lines:
         stripped = raw.strip()
@@ -432,14 +488,20 @@ def _parse_text(lines: list[str]) -> SmiReport:
             state.warnings.append(stripped)
             recognised = recognised or _has_tool_message([stripped])
             continue
+        if _is_framing(stripped):
+            # The next command's output starts here (``$ rocm-smi && rocm-smi --showmeminfo vram``).
+            _end_matrix(state, matrix)
+            section, matrix, pid_table = "", None, None
+            continue
         if _SPACER.match(stripped):
             pid_table = None
             continue
         banner = _BANNER.match(stripped)
         if banner:
+            _end_matrix(state, matrix)
             section = _norm_key(banner["title"])
             recognised = recognised or section in _KNOWN_SECTIONS or section in _MATRIX_SECTIONS
-            matrix_columns = None
+            matrix = None
             pid_table = None
             continue
         gpu_line = _GPU_LINE.match(stripped)
@@ -452,7 +514,13 @@ def _parse_text(lines: list[str]) -> SmiReport:
             pid_table = _text_pid_line(state, raw, stripped, pid_table)
             continue
         if section in _MATRIX_SECTIONS:
-            matrix_columns = _text_matrix_line(state, _MATRIX_SECTIONS[section], stripped, matrix_columns)
+            matrix = _text_matrix_line(state, _MATRIX_SECTIONS[section], stripped, matrix)
+            continue
+        if section == "gpus indexed by pid" and _is_pidgpus_line(stripped):
+            continue
+        if _CONCISE_HEADER.match(stripped) and not section.startswith("concise"):
+            section = "concise info"
+            recognised = True
             continue
         if section.startswith("concise") and _text_concise_line(state, stripped):
             continue
@@ -464,24 +532,33 @@ def _parse_text(lines: list[str]) -> SmiReport:
         if _has_tool_message([stripped]):
             recognised = True
         state.warnings.append(stripped)
+    _end_matrix(state, matrix)
     if not recognised:
         raise ParseError("no rocm-smi banner, GPU[n] line or KFD process section: not rocm-smi output", 1)
     return _build(state, "text")
 
 
+def _is_pidgpus_line(stripped: str) -> bool:
+    return (
+        _PIDGPUS_LINE.match(stripped) is not None
+        or _INDEX_LIST.match(stripped) is not None
+        or stripped.lower() == "no kfd pids currently running"
+    )
+
+
 def _text_gpu_line(state: _State, index: int, rest: str, line: str) -> None:
+    state.gpu(index)
     if ": " in rest:
         key, value = rest.split(": ", 1)
-        state.gpu(index)
         state.set_gpu_value(index, key, value)
         return
     key = rest.strip().rstrip(":")
-    state.gpu(index)
     if _norm_key(key) in _KNOWN_GPU_KEYS:
         # printLog(device, name, None) prints the name alone when the query failed.
         state.set_gpu_value(index, key, None)
-    else:
+    elif _GPU_COMPLAINT.search(key):
         state.warnings.append(line)
+    # Anything else is a heading or list item of a metric this parser does not read (placed, ignored).
 
 
 def _text_pid_line(state: _State, raw: str, stripped: str, table: _PidTable | None) -> _PidTable | None:
@@ -527,25 +604,56 @@ def _pid_cells(raw: str, columns: list[str]) -> list[str] | None:
     return tokens if len(tokens) == len(columns) else None
 
 
-def _text_matrix_line(state: _State, metric: str, stripped: str, columns: list[int] | None) -> list[int] | None:
+def _text_matrix_line(state: _State, metric: str, stripped: str, matrix: _Matrix | None) -> _Matrix | None:
     tokens = stripped.split()
     labels = [_MATRIX_LABEL.match(t) for t in tokens]
     if all(labels):
-        return [int(m.group(1)) for m in labels if m]
+        indices = [int(m.group(1)) for m in labels if m]
+        for index in indices:
+            state.gpu(index)
+        if matrix is not None and matrix.rows == 0 and matrix.pending is None and indices[0] not in matrix.columns:
+            # The issue renderer wrapped a wide header: this line continues it.
+            matrix.columns.extend(indices)
+            return matrix
+        _end_matrix(state, matrix)
+        return _Matrix(columns=indices)
     row = labels[0]
     if row is None:
-        if not (metric == "bandwidth" and stripped.lower().startswith(_BANDWIDTH_NOTES)):
+        if matrix is not None and matrix.pending is not None:
+            label, cells, text = matrix.pending
+            matrix.pending = None
+            _matrix_row(state, metric, matrix, label, cells + tokens, f"{text} {stripped}")
+        elif not (metric == "bandwidth" and stripped.lower().startswith(_BANDWIDTH_NOTES)):
             state.warnings.append(stripped)
-        return columns
-    cells = tokens[1:]
-    if columns is None or len(cells) != len(columns):
-        state.warnings.append(f"topology row does not match its header: {stripped}")
-        return columns
-    a = int(row.group(1))
-    for b, cell in zip(columns, cells, strict=True):
+        return matrix
+    if matrix is None:
+        state.warnings.append(f"topology row without a header: {stripped}")
+        return None
+    _end_matrix(state, matrix)
+    _matrix_row(state, metric, matrix, int(row.group(1)), tokens[1:], stripped)
+    return matrix
+
+
+def _matrix_row(state: _State, metric: str, matrix: _Matrix, a: int, cells: list[str], text: str) -> None:
+    """Store one row, or keep it pending when it is shorter than the header (a wrapped line)."""
+    if len(cells) < len(matrix.columns):
+        matrix.pending = (a, cells, text)
+        return
+    if len(cells) > len(matrix.columns):
+        state.warnings.append(f"topology row does not match its header: {text}")
+        return
+    matrix.rows += 1
+    state.gpu(a)
+    for b, cell in zip(matrix.columns, cells, strict=True):
         if a != b:
             state.set_cell(metric, a, b, cell)
-    return columns
+
+
+def _end_matrix(state: _State, matrix: _Matrix | None) -> None:
+    """A row still pending when the matrix ends was cut short: a warning, its cells are not guessed."""
+    if matrix is not None and matrix.pending is not None:
+        state.warnings.append(f"topology row does not match its header: {matrix.pending[2]}")
+        matrix.pending = None
 
 
 def _text_concise_line(state: _State, stripped: str) -> bool:
