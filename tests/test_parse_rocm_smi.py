@@ -94,7 +94,8 @@ def test_every_capture_meets_the_contract(path: Path) -> None:
 
 def _raw_json(path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
-    data = json.loads(text[text.index("{") :])
+    # raw_decode: a pasted capture may go on after the object (a closing code fence).
+    data, _ = json.JSONDecoder().raw_decode(text, text.index("{"))
     assert isinstance(data, dict)
     return data
 
@@ -736,6 +737,199 @@ def test_tool_messages_alone_are_a_report_without_gpus() -> None:
 def test_driver_version_line() -> None:
     report = parse_rocm_smi(_text("Driver version: 6.8.5", "GPU[0]\t\t: PCI Bus: 0000:03:00.0"))
     assert report.gpus[0].driver == "6.8.5"
+    assert report.warnings == ()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Paste styles of public issue threads (synthetic samples; PROVENANCE.md names the threads that showed them)
+
+
+def test_csv_after_a_sentence_a_fence_and_the_command_line() -> None:
+    report = _synthetic("csv_fenced-prompt_2gpu.txt")
+    assert report.format == "csv"
+    assert [(g.index, g.pci_bus, g.vram_total_bytes, g.vram_used_bytes, g.model) for g in report.gpus] == [
+        (0, "0000:03:00.0", 25753026560, 1073741824, "Navi 31 [Radeon RX 7900 XTX]"),
+        (1, "0000:7a:00.0", 536870912, None, "Phoenix1"),
+    ]
+    # The sentence is not rocm-smi output and is not placed; the fences and the command line are placed.
+    assert report.warnings == ("Here is what the node prints:",)
+
+
+def test_pretty_json_in_a_fence_after_a_root_prompt() -> None:
+    report = _synthetic("json_fenced-pretty_root-prompt.txt")
+    assert report.format == "json"
+    (g,) = report.gpus
+    assert (g.index, g.pci_bus, g.unique_id, g.vram_total_bytes, g.vram_used_bytes, g.model) == (
+        0,
+        "0000:c3:00.0",
+        "0x66c2a0e1d4b3f918",
+        68702699520,
+        11927552,
+        "AMD Instinct MI210",
+    )
+    assert report.warnings == ()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "$ rocm-smi --showbus --csv",
+        "user@node:~$ rocm-smi --showbus --csv",
+        "(venv) user@node:~/work$ /opt/rocm/bin/rocm-smi --showbus --csv",
+        "root@node:/# sudo -E rocm-smi --showbus --csv",
+        "rocm-smi --showbus --csv",
+        "% rocm_smi.py --showbus --csv",
+    ],
+)
+def test_command_lines_are_placed(command: str) -> None:
+    text = f"{command}\n```\ndevice,PCI Bus\ncard0,0000:0C:00.0\n```\n"
+    report = parse_rocm_smi(text)
+    assert report.format == "csv"
+    assert [(g.index, g.pci_bus) for g in report.gpus] == [(0, "0000:0c:00.0")]
+    assert report.warnings == ()
+
+
+def test_a_prompt_for_another_tool_is_a_warning() -> None:
+    text = "$ amd-smi version\nAMDSMI Tool: 1.0\n$ rocm-smi --json\n" + json.dumps(
+        {"card0": {"PCI Bus": "0000:0C:00.0"}}
+    )
+    report = parse_rocm_smi(text)
+    assert report.format == "json"
+    assert report.warnings == ("$ amd-smi version", "AMDSMI Tool: 1.0")
+
+
+def test_prose_only_is_still_not_rocm_smi() -> None:
+    with pytest.raises(ParseError):
+        parse_rocm_smi("$ rocm-smi --showbus\nbash: rocm-smi: command not found\n")
+
+
+def test_untitled_indented_concise_table_of_rocm_1_9() -> None:
+    report = _synthetic("text_rocm19-untitled-concise_indented.txt")
+    assert [g.index for g in report.gpus] == [0, 1, 2]
+    # GPU 0 is all N/A (a non-AMD DRM device rocm-smi 1.9 listed): present, every field None.
+    assert all(getattr(report.gpus[0], f) is None for f in ("pci_bus", "vram_total_bytes", "model"))
+    assert report.warnings == ()
+
+
+def test_concise_header_of_rocm_3_3_without_a_section_title() -> None:
+    text = "\n".join(
+        [
+            "=" * 24 + "ROCm System Management Interface" + "=" * 25,
+            "=" * 80,
+            "GPU  Temp   AvgPwr  SCLK    MCLK    Fan    Perf  PwrCap  VRAM%  GPU%",
+            "3    31.0c  12.0W   852Mhz  167Mhz  14.9%  auto  170.0W  N/A    0%",
+            "=" * 80,
+            "=" * 30 + "End of ROCm SMI Log " + "=" * 30,
+        ]
+    )
+    report = parse_rocm_smi(text)
+    assert [g.index for g in report.gpus] == [3]
+    assert report.warnings == ()
+
+
+def test_allinfo_sections_pidgpus_and_subheadings() -> None:
+    report = _synthetic("text_allinfo_pidgpus-subheadings_w84.txt")
+    assert report.format == "text"
+    g0, g1 = report.gpus
+    assert (g0.pci_bus, g0.vram_total_bytes, g0.vram_used_bytes, g0.device_id, g0.unique_id) == (
+        "0000:c5:00.0",
+        536870912,
+        88686592,
+        "0x15bf",
+        None,
+    )
+    assert g0.model is None  # "Card series: 0x15bf" is a hex id, not a name
+    assert (g1.pci_bus, g1.vram_total_bytes, g1.vram_used_bytes, g1.device_id, g1.unique_id) == (
+        "0000:0b:00.0",
+        12868124672,
+        1314775040,
+        "0x73df",
+        "0x3c5e8a9b7d1f2e40",
+    )
+    assert g1.model == "Navi 22 [Radeon RX 6700/6700 XT/6750 XT]"
+    assert {g0.driver, g1.driver} == {"6.8.5"}
+    assert report.processes == (
+        SmiProcess(pid=41877, name=None, gpu=None, gpu_count=0),
+        SmiProcess(
+            pid=52011, name="ollama", gpu=None, gpu_count=2, vram_used_bytes=9663676416, sdma_used=0, cu_occupancy=0
+        ),
+    )
+    # Failures the tool reported are warnings; sub-headings, list items and --showpidgpus lines are placed.
+    assert report.warnings == (
+        "GPU[0]\t\t: Unable to detect fan speed for GPU 0",
+        "GPU[0]\t\t: get_power_cap, Not supported on the given system",
+        "get_compute_process_info_by_pid, Not supported on the given system",
+        "GPU[0]\t\t: Not supported on the given system",
+        "GPU[1]\t\t: Not supported on the given system",
+    )
+
+
+@pytest.mark.parametrize(
+    "line", ["OD_SCLK:", "Supported mclk frequencies on GPU0", "", "0: 2600Mhz *", "Fan Level: 41 (16%)"]
+)
+def test_gpu_lines_of_unread_metrics_are_placed(line: str) -> None:
+    report = parse_rocm_smi(_text(f"GPU[0]\t\t: {line}"))
+    assert [g.index for g in report.gpus] == [0]
+    assert report.warnings == ()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Unable to get voltage curve",
+        "get_od_volt, Requested function is not implemented on this setup",
+        "Not supported",
+    ],
+)
+def test_gpu_lines_saying_a_query_failed_are_warnings(line: str) -> None:
+    report = parse_rocm_smi(_text(f"GPU[0]\t\t: {line}"))
+    assert report.warnings == (f"GPU[0]\t\t: {line}",)
+
+
+def test_pidgpus_lines_outside_their_section_are_warnings() -> None:
+    report = parse_rocm_smi(_text("GPU[0]\t\t: PCI Bus: 0000:03:00.0", "PID 7 is using 1 DRM device(s):"))
+    assert report.warnings == ("PID 7 is using 1 DRM device(s):",)
+
+
+def test_two_outputs_joined_by_a_prompt_with_crlf_endings() -> None:
+    raw = (DATA / "text_combined-prompts_concise-meminfo_crlf.txt").read_bytes()
+    assert b"\r\n" in raw  # the sample really has Windows line endings
+    report = _synthetic("text_combined-prompts_concise-meminfo_crlf.txt")
+    assert [(g.index, g.vram_total_bytes, g.vram_used_bytes) for g in report.gpus] == [
+        (0, 206158430208, 295944192),
+        (1, 206158430208, 295944193),
+    ]
+    assert report.warnings == (
+        "$ amd-smi version",
+        "AMDSMI Tool: 99.0.0+0000000 | AMDSMI Library version: 99.0.0 | ROCm version: 6.4.1",
+    )
+
+
+def test_wrapped_topology_header_and_rows_and_a_cut_last_row() -> None:
+    report = _synthetic("text_topoweight-8gpu_wrapped-cut.txt")
+    assert [g.index for g in report.gpus] == list(range(8))  # the matrix labels name the GPUs
+    assert len(report.links) == 28
+    for link in report.links:
+        assert link.weight == (15 if link.a // 4 == link.b // 4 else 30), link
+        assert (link.hops, link.type) == (None, None)
+    # GPU7's row lost its second half: a warning; its pairs are read from the upper triangle instead.
+    assert len(report.warnings) == 1
+    assert report.warnings[0].startswith("topology row does not match its header: GPU7 ")
+
+
+def test_matrix_row_without_header_is_a_warning() -> None:
+    report = parse_rocm_smi(_text("=" * 20 + " Hops between two GPUs " + "=" * 20, "GPU0   0   1", "GPU1   1   0"))
+    assert report.links == ()
+    assert report.warnings == (
+        "topology row without a header: GPU0   0   1",
+        "topology row without a header: GPU1   1   0",
+    )
+
+
+def test_matrix_with_collapsed_spaces() -> None:
+    weight = "=" * 20 + " Weight between two GPUs " + "=" * 20
+    report = parse_rocm_smi(_text(weight, "GPU0 GPU1 GPU2", "GPU0 0 15 30", "GPU1 15 0 15", "GPU2 30 15 0"))
+    assert [(link.a, link.b, link.weight) for link in report.links] == [(0, 1, 15), (0, 2, 30), (1, 2, 15)]
     assert report.warnings == ()
 
 

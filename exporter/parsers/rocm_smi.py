@@ -63,7 +63,8 @@ _CSV_START = ("device,", "system,", "name,")
 # without a shell prompt (``$ rocm-smi --showpids``, ``root@host:~# sudo rocm-smi -a``, ``rocm-smi -a``), and
 # Markdown code fences. They are placed (not tool output, not unplaceable); a prompt line starts a new output.
 _COMMAND_LINE = re.compile(
-    r"^(?:[^\s$#%>]{0,80}[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?rocm[-_]smi(?:\.py)?(?:\s.*)?$"
+    r"^(?:(?:\([^()]{1,40}\)\s*)?[^\s$#%>]{0,80}[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?rocm[-_]smi(?:\.py)?"
+    r"(?:\s.*)?$"
 )
 _FENCE = re.compile(r"^(?:```|~~~)[\w+-]*$")
 # The concise table's header (plain ``rocm-smi``). ROCm <= 3.x printed it under an untitled spacer, and

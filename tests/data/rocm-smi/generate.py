@@ -60,13 +60,17 @@ def topology(indices: Sequence[int], weight: Matrix, hops: Matrix, kind: Matrix,
     return out
 
 
-def write(name: str, lines: Sequence[str], expand_tabs: bool = False, strip_trailing: bool = False) -> None:
+def write(
+    name: str, lines: Sequence[str], expand_tabs: bool = False, strip_trailing: bool = False, crlf: bool = False
+) -> None:
     text = "\n".join(lines) + "\n"
     if expand_tabs:
         text = text.expandtabs(8)
     if strip_trailing:
         text = "\n".join(line.rstrip() for line in text.split("\n"))
-    (HERE / name).write_text(text, encoding="utf-8")
+    if crlf:
+        text = text.replace("\n", "\r\n")
+    (HERE / name).write_bytes(text.encode("utf-8"))
 
 
 def mi300x() -> None:
@@ -277,6 +281,129 @@ def csv_sample() -> None:
     write("csv_mi100-2gpu.csv", [",".join(["device", *keys]), *[",".join(r) for r in rows]])
 
 
+# --------------------------------------------------------------------------------------------------------
+# Paste styles seen in public issue threads (PROVENANCE.md names the threads; the values here are invented).
+
+
+def csv_fenced() -> None:
+    """A CSV capture inside a Markdown fence, after a sentence and the ``$ rocm-smi ... --csv`` command line."""
+    keys = ["GPU use (%)", "VRAM Total Memory (B)", "VRAM Total Used Memory (B)", "PCI Bus", "Card Series"]
+    rows = [
+        ["card0", "3", "25753026560", "1073741824", "0000:03:00.0", "Navi 31 [Radeon RX 7900 XTX]"],
+        ["card1", "0", "536870912", "N/A", "0000:7A:00.0", "Phoenix1"],
+    ]
+    out = ["Here is what the node prints:", "```console", "$ rocm-smi --showuse --showmeminfo vram --showbus --csv"]
+    out += [",".join(["device", *keys]), *[",".join(r) for r in rows], "```"]
+    write("csv_fenced-prompt_2gpu.txt", out)
+
+
+def json_fenced() -> None:
+    """Pretty-printed JSON (as posters reformat it) in a ```json fence after a root prompt running sudo rocm-smi."""
+    data = {
+        "card0": {
+            "Unique ID": "0x66c2a0e1d4b3f918",
+            "PCI Bus": "0000:C3:00.0",
+            "VRAM Total Memory (B)": "68702699520",
+            "VRAM Total Used Memory (B)": "11927552",
+            "Card Series": "AMD Instinct MI210",
+        }
+    }
+    out = ["root@gpu-node:~# sudo rocm-smi --showuniqueid --showbus --showmeminfo vram --json", "```json"]
+    out += [*json.dumps(data, indent=4).split("\n"), "```"]
+    write("json_fenced-pretty_root-prompt.txt", out)
+
+
+def rocm19_concise() -> None:
+    """ROCm 1.9-3.x plain ``rocm-smi``: the concise table under an untitled spacer, header and rows indented."""
+    out = [spacer("    ROCm System Management Interface    ", 80, spaced=False), spacer(width=80)]
+    out += [" GPU  Temp    AvgPwr   SCLK     MCLK     Fan      Perf    SCLK OD    MCLK OD"]
+    out += ["  0   N/A     N/A      N/A      N/A      0%       N/A       N/A        N/A"]
+    out += ["  1   41c     21.0W    300Mhz   500Mhz   17.25%   auto      0%         0%"]
+    out += ["  2   38c     19.0W    300Mhz   500Mhz   17.25%   auto      0%         0%"]
+    out += [spacer(width=80), spacer("           End of ROCm SMI Log          ", 80, spaced=False)]
+    write("text_rocm19-untitled-concise_indented.txt", out)
+
+
+def allinfo() -> None:
+    """A ``rocm-smi -a``-style capture: many sections this parser does not read, failure lines, --showpidgpus."""
+    w = 84
+    out = ["rocm-smi -a", "", "", spacer("ROCm System Management Interface", w)]
+    out += [spacer("Version of System Component", w), "Driver version: 6.8.5", spacer(width=w)]
+    out += [spacer("ID", w), gpu(0, "GPU ID", "0x15bf"), gpu(1, "GPU ID", "0x73df"), spacer(width=w)]
+    out += [spacer("Unique ID", w), gpu(0, "Unique ID", "N/A"), gpu(1, "Unique ID", "0x3c5e8a9b7d1f2e40")]
+    out += [spacer(width=w), spacer("Current Fan Metric", w), gpu(0, "Unable to detect fan speed for GPU 0")]
+    out += [gpu(1, "Fan Level", "41 (16%)"), spacer(width=w), spacer("Power Cap", w)]
+    out += [
+        gpu(0, "get_power_cap, Not supported on the given system"),
+        gpu(1, "Max Graphics Package Power (W)", "186.0"),
+    ]
+    out += [spacer(width=w), spacer("Supported clock frequencies", w)]
+    for i in range(2):
+        out += [gpu(i, f"Supported sclk frequencies on GPU{i}"), gpu(i, "0", "500Mhz"), gpu(i, "1", "2100Mhz *")]
+        out += [gpu(i, "")]
+    out += ["-" * w, spacer(width=w), spacer("GPU Memory clock frequencies and voltages", w)]
+    out += [gpu(1, "OD_SCLK:"), gpu(1, "0", "500Mhz"), gpu(1, "OD_MCLK:"), gpu(1, "1", "1000MHz")]
+    out += [spacer(width=w), spacer("Memory Usage (Bytes)", w)]
+    out += [gpu(0, "VRAM Total Memory (B)", 536870912), gpu(0, "VRAM Total Used Memory (B)", 88686592)]
+    out += [gpu(1, "VRAM Total Memory (B)", 12868124672), gpu(1, "VRAM Total Used Memory (B)", 1314775040)]
+    out += [spacer(width=w), spacer("KFD Processes", w)]
+    out += ["get_compute_process_info_by_pid, Not supported on the given system", "KFD process information:"]
+    out += pid_table(
+        [["41877", "UNKNOWN", "0", "UNKNOWN", "UNKNOWN", "UNKNOWN"], ["52011", "ollama", "2", "9663676416", "0", "0"]]
+    )
+    out += [spacer(width=w), spacer("GPUs Indexed by PID", w)]
+    out += ["PID 41877 is using 0 DRM device(s)", "PID 52011 is using 2 DRM device(s):", "0 1 "]
+    out += [
+        spacer(width=w),
+        spacer("PCI Bus ID", w),
+        gpu(0, "PCI Bus", "0000:C5:00.0"),
+        gpu(1, "PCI Bus", "0000:0B:00.0"),
+    ]
+    out += [spacer(width=w), spacer("Product Info", w)]
+    out += [gpu(0, "Card series", "\t\t0x15bf"), gpu(1, "Card series", "\t\tNavi 22 [Radeon RX 6700/6700 XT/6750 XT]")]
+    out += [spacer(width=w), spacer("Current Compute Partition", w), gpu(0, "Not supported on the given system")]
+    out += [gpu(1, "Not supported on the given system"), spacer(width=w), spacer("End of ROCm SMI Log", w)]
+    write("text_allinfo_pidgpus-subheadings_w84.txt", out)
+
+
+def combined_crlf() -> None:
+    """``$ rocm-smi && rocm-smi --showmeminfo vram`` pasted from a Windows client: two outputs, CRLF endings."""
+    w = 122
+    out = [
+        "$ amd-smi version",
+        "AMDSMI Tool: 99.0.0+0000000 | AMDSMI Library version: 99.0.0 | ROCm version: 6.4.1",
+        "",
+    ]
+    out += ["$ rocm-smi && rocm-smi --showmeminfo vram", "", "", spacer("ROCm System Management Interface", w)]
+    out += [spacer("Concise Info", w)]
+    header = "Device  Node  IDs              Temp        Power     Partitions          SCLK    MCLK    Fan  Perf  "
+    units = "              (DID,     GUID)  (Junction)  (Socket)  (Mem, Compute, ID)"
+    out += [header + "PwrCap  VRAM%  GPU%  ", units + " " * 50, spacer(width=w)]
+    for i in range(2):
+        row = f"{i}       {i + 2}     0x74a1,   {31000 + i:<5}  43.0°C      140.0W    NPS1, SPX, 0        "
+        out += [row + "132Mhz  900Mhz  0%   auto  750.0W  0%     0%    "]
+    out += [spacer(width=w), spacer("End of ROCm SMI Log", w), "", "", ""]
+    out += [spacer("ROCm System Management Interface", 90), spacer("Memory Usage (Bytes)", 90)]
+    for i in range(2):
+        out += [gpu(i, "VRAM Total Memory (B)", 206158430208), gpu(i, "VRAM Total Used Memory (B)", 295944192 + i)]
+    out += [spacer(width=90), spacer("End of ROCm SMI Log", 90)]
+    write("text_combined-prompts_concise-meminfo_crlf.txt", out, crlf=True)
+
+
+def topo_wrapped() -> None:
+    """``--showtopoweight`` alone, 8 GPUs, as an 80-column terminal wraps it: header and rows continue on the next
+    line. The last row is cut short (the paste ended there), so its cells must not be guessed."""
+    n = range(8)
+    lines = spacer_lines = [spacer("ROCm System Management Interface", 90), spacer("Weight between two GPUs", 90)]
+    table = matrix(n, lambda a, b: "15" if a // 4 == b // 4 else "30")
+    wrapped: list[str] = []
+    for line in table:
+        wrapped += [line[:79].rstrip(), line[79:].rstrip()] if len(line) > 79 else [line]
+    lines = [*spacer_lines, *wrapped[:-1]]  # the second half of GPU7's row is lost
+    write("text_topoweight-8gpu_wrapped-cut.txt", lines)
+
+
 if __name__ == "__main__":
-    for make in (mi300x, mi250, dual_socket, rocm33, vllm, xcp, json_oneline, csv_sample):
+    samples = (mi300x, mi250, dual_socket, rocm33, vllm, xcp, json_oneline, csv_sample, csv_fenced, json_fenced)
+    for make in (*samples, rocm19_concise, allinfo, combined_crlf, topo_wrapped):
         make()
