@@ -18,7 +18,7 @@ from exporter.model import ParseError
 from exporter.model.kernel import KernelRecord
 from exporter.parsers.common import normalize_bdf
 
-FORMATS = ("kmsg", "dmesg", "journal-short", "journal-rfc3339", "journal-json", "dmesg-json")
+FORMATS = ("kmsg", "dmesg", "journal-short", "journal-rfc3339", "journal-json", "dmesg-json", "plain")
 
 # /dev/kmsg: "PRI,SEQ,TS_USEC,FLAGS[,...];message" then " KEY=value" dictionary lines.
 _KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<ts>\d+),(?P<flags>[^,;]*)(?:,[^;]*)?;(?P<msg>.*)$")
@@ -35,9 +35,12 @@ _IDENT = r"(?P<ident>[^\s:\[\]]+)(?:\[\d+\])?: "
 _JOURNAL_RFC3339 = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) " + _IDENT + _KERNEL_TS
 )
+# Month names follow the locale ("Oct", "feb", "kvě", "févr."); a host name may be empty ("Jan 02 21:35:19  kernel:").
 _JOURNAL_SHORT = re.compile(
-    r"^(?P<ts>[^\W\d_]{3}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) (?:(?P<host>\S+) )??" + _IDENT + _KERNEL_TS
+    r"^(?P<ts>[^\W\d_]{2,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) +(?:(?P<host>\S+) +)??" + _IDENT + _KERNEL_TS
 )
+# A syslog file with the date and host cut off ("kernel: [ 2484.374025] msg"): only the kernel's own identifier.
+_SYSLOG_BARE = re.compile(r"^(?P<ident>kernel): " + _KERNEL_TS)
 _JOURNAL_META = re.compile(r"^-- (?:Boot [0-9a-f]+|Reboot|Logs begin at|Journal begins at|No entries|Logs end).*--?$")
 
 FACILITY_NAMES = (
@@ -45,6 +48,25 @@ FACILITY_NAMES = (
     *("res0", "res1", "res2", "res3", *(f"local{n}" for n in range(8))),
 )
 LEVEL_NAMES = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+
+# What people paste around a log: indentation (markdown code blocks), "> " quotes, box-drawing borders, the file
+# name grep puts before each match ("/var/log/syslog:", "kern.log.1:") and grep -n line numbers. Stripped (at most a
+# few times) only when what follows is a line of a format with a header.
+_PASTE_PREFIX = re.compile(
+    r"^(?:\s+|>+ ?|[\u2502|] ?|(?:\S*/)?[\w.-]*(?:log|syslog|messages)(?:\.\d+)?(?:\.gz)?:(?:\d+[:-])?|\d+[:-])"
+)
+_PASTE_SUFFIX = re.compile(r"\s*[\u2502|]?\s*$")
+
+# Messages without any header (dmesg --notime, or timestamps cut off by whoever pasted the log). A line is taken as
+# a kernel message when it starts the way kernel messages start: a dev_printk prefix, a DRM tag, a RAS/APEI tag or
+# an amdgpu/kfd/FreeBSD drmn prefix; in a log without any header also "subsystem: text".
+_PLAIN_STRICT = re.compile(
+    r"^(?:[\w.-]+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: |\[drm[\]: ]|(?:\{\d+\})?\[Hardware Error\]"
+    r"|(?:amdgpu|amdkfd|kfd(?: kfd)?|drmn\d+): \S)"
+)
+_PLAIN_SUBSYSTEM = re.compile(r"^[\w.-]+(?: [\w.:-]+)?: \S")
+# Lines of a paste that are not log lines: code fences, elisions, HTML tags, shell prompts, prose ending in ":".
+_PASTE_JUNK = re.compile(r"^(?:[`~]{1,}.*|\.{3,}|\u2026|</?[A-Za-z][^>]*>.*|\S*[$#] .*|\$|.*:)$")
 
 # The device prefix dev_printk puts in the text: "<driver> <bdf>: [amdgpu: ]message".
 DEVICE_PREFIX = re.compile(
@@ -186,7 +208,7 @@ def _try_format(fmt: str, line: str, lineno: int) -> KernelRecord | None:
         m = _JOURNAL_RFC3339.match(line)
         return _journal_text_record(m, lineno, True) if m else None
     if fmt == "journal-short":
-        m = _JOURNAL_SHORT.match(line)
+        m = _JOURNAL_SHORT.match(line) or _SYSLOG_BARE.match(line)
         return _journal_text_record(m, lineno, False) if m else None
     if fmt == "journal-json":
         if not line.startswith("{"):
@@ -235,9 +257,43 @@ class KernelLogLineParser:
                 self._held_dict.append((d["key"], d["val"]))
                 return []
         out = self.flush()
-        if not line.strip() or _JOURNAL_META.match(line):
+        if not line.strip() or _JOURNAL_META.match(line.strip()):
             return out
-        order = (self.format, *_DETECT_ORDER) if self.format else _DETECT_ORDER
+        headed = self._headed(line, lineno) or self._headed(_PASTE_SUFFIX.sub("", line), lineno)
+        candidate = line
+        for _ in range(3):
+            if headed is not None:
+                break
+            stripped = _PASTE_PREFIX.sub("", candidate, count=1)
+            if stripped == candidate:
+                break
+            candidate = stripped
+            headed = self._headed(_PASTE_SUFFIX.sub("", candidate), lineno)
+        if headed is not None:
+            fmt, record = headed
+            if fmt == "kmsg":
+                self._held, self._held_dict = record, []
+            else:
+                out.append(record)
+                self._last = record
+            return out
+        if line[:1] in (" ", "\t") and self._last is not None and self.format != "plain":
+            out.append(replace(self._last, line=lineno, text=line.strip()))
+            return out
+        plain = self._plain(line, lineno)
+        if plain is not None:
+            out.append(plain)
+            self._last = plain
+            return out
+        self._warn(lineno, f"not a kernel-log line: {line[:120]!r}")
+        return out
+
+    def _headed(self, line: str, lineno: int) -> tuple[str, KernelRecord] | None:
+        """The line read by the detected format, else by the first format that can read it."""
+        if self.format == "plain":
+            order: tuple[str | None, ...] = _DETECT_ORDER
+        else:
+            order = (self.format, *_DETECT_ORDER) if self.format else _DETECT_ORDER
         for fmt in order:
             if fmt is None:
                 continue
@@ -246,17 +302,22 @@ class KernelLogLineParser:
                 continue
             if self.format is None:
                 self.format = fmt
-            if fmt == "kmsg":
-                self._held, self._held_dict = record, []
-            else:
-                out.append(record)
-                self._last = record
-            return out
-        if line[:1] in (" ", "\t") and self._last is not None:
-            out.append(replace(self._last, line=lineno, text=line.strip()))
-            return out
-        self._warn(lineno, f"not a kernel-log line: {line[:120]!r}")
-        return out
+            return fmt, record
+        return None
+
+    def _plain(self, line: str, lineno: int) -> KernelRecord | None:
+        """A message with no header at all (dmesg --notime, a paste with the timestamps cut off)."""
+        text = _PASTE_SUFFIX.sub("", line).strip()
+        if self.format is not None and self.format != "plain":
+            # A log with headers: a bare line counts only when it is unmistakably a kernel message.
+            return KernelRecord(line=lineno, text=text) if _PLAIN_STRICT.match(text) else None
+        if self.format is None:
+            if not (_PLAIN_STRICT.match(text) or _PLAIN_SUBSYSTEM.match(text)) or _PASTE_JUNK.match(text):
+                return None
+            self.format = "plain"
+        elif _PASTE_JUNK.match(text) and not _PLAIN_STRICT.match(text):
+            return None
+        return KernelRecord(line=lineno, text=text)
 
     def flush(self) -> list[KernelRecord]:
         if self._held is None:
@@ -332,9 +393,10 @@ class MessageParts:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
+# "drmn0: " is the FreeBSD drm-kmod device name (it names no PCI address); "kfd: " is the old amdkfd pr_fmt.
 _TAGS = re.compile(
-    r"^(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?|\[drm ERROR :[\w.]+\] "
-    r"|\[powerplay\] |\{\d+\})"
+    r"^(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|kfd: |drmn\d+: |\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?"
+    r"|\[drm ERROR :[\w.]+\] |\[powerplay\] |\{\d+\})"
 )
 
 
@@ -346,7 +408,7 @@ def split_message(text: str) -> MessageParts:
     if m is not None:
         driver, bdf, body = m["drv"], normalize_bdf(m["bdf"]), m["rest"]
     tags = []
-    for _ in range(4):  # "amdgpu: [drm] *ERROR* ..." stacks at most a few tags
+    for _ in range(5):  # "drmn0: [drm] *ERROR* [drm ERROR :f] ..." stacks at most a few tags
         t = _TAGS.match(body)
         if t is None or not t.group(0):
             break

@@ -1,7 +1,8 @@
 """Pure kernel-log classifier: records -> events, attributed to a GPU (by BDF) or ``unknown``.
 
 Attribution, in order: the record's structured device (kmsg ``DEVICE=+pci:...``, journald ``_KERNEL_DEVICE``),
-then the BDF of the dev_printk prefix in the text, then the single-GPU rule (exactly one GPU known), else
+then the BDF of the dev_printk prefix in the text, then a BDF the message itself names (an anchor's ``device``
+group: ``amdgpu: probe of 0000:43:00.0 failed``), then the single-GPU rule (exactly one GPU known), else
 ``unknown``. A rule with a ``lookahead`` (the old-format ring timeout, which names no device before Linux
 6.12) instead waits up to ``seconds`` for the next event of the lookahead class (``GPU reset begin!``) and takes
 its device. ``pcie_aer`` lines count only when the AER source is a known GPU or a port directly above one.
@@ -35,6 +36,17 @@ class LineMatch:
     detail_classes: tuple[str, ...] = ()  # classes whose detail patterns match
     count: int = 1
     source_bdf: str | None = None  # AER source
+    device_bdf: str | None = None  # the device the message text names (a "device" group: "probe of 0000:..")
+
+
+def _source_bdf(source: str, reporter: str | None) -> str | None:
+    """An AER source: a BDF, or the requester id of older kernels ("id=0300": bus 03, device 00, function 0) in the
+    PCI domain of the port that reported it."""
+    if ":" in source:
+        return normalize_bdf(source)
+    rid = int(source, 16)
+    domain = reporter.split(":", 1)[0] if reporter else "0000"
+    return f"{domain}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
 
 
 def match_message(rules: KernelRules, text: str) -> LineMatch:
@@ -60,8 +72,9 @@ def match_message(rules: KernelRules, text: str) -> LineMatch:
             count = 1
             if rule.count_group is not None:
                 count = int(m[rule.count_group])
-            source = normalize_bdf(m["source"]) if "source" in pattern.groupindex and m["source"] else None
-            return LineMatch("anchor", parts, rule, count=count, source_bdf=source)
+            source = _source_bdf(m["source"], parts.bdf) if "source" in pattern.groupindex and m["source"] else None
+            named = normalize_bdf(m["device"]) if "device" in pattern.groupindex and m["device"] else None
+            return LineMatch("anchor", parts, rule, count=count, source_bdf=source, device_bdf=named)
     for rule in rules.rules:
         if driver_ok(rule) and any(p.search(body) for p in rule.followups):
             return LineMatch("followup", parts, rule)
@@ -120,11 +133,13 @@ class KernelClassifier:
     def _gpus(self) -> Collection[str]:
         return self._known or self._seen_gpus
 
-    def _device(self, record: KernelRecord, parts: MessageParts) -> str | None:
+    def _device(self, record: KernelRecord, parts: MessageParts, named: str | None = None) -> str | None:
         if record.device is not None:
             return record.device
         if parts.bdf is not None:
             return parts.bdf
+        if named is not None:
+            return named
         gpus = self._gpus()
         if len(gpus) == 1:
             return next(iter(gpus))
@@ -200,7 +215,7 @@ class KernelClassifier:
                 return out
             device: str | None = gpu
         else:
-            device = self._device(record, parts)
+            device = self._device(record, parts, match.device_bdf)
         if match.kind == "followup":
             key = device or ""
             prior = self._last_of_class.get((rule.event_class, key))
