@@ -175,8 +175,8 @@ def test_process_text(name: str, process_name: str | None) -> None:
 def test_list_text_2gpu() -> None:
     report = capture("amdsmi-changelog-rocm630_list_text_2gpu-uuid-redacted.txt")
     assert report.gpus == (
-        SmiGpu(index=0, pci_bus="0000:23:00.0", uuid="<redacted>", kfd_id=45412, node_id=1, partition_id=0),
-        SmiGpu(index=1, pci_bus="0000:26:00.0", uuid="<redacted>", kfd_id=59881, node_id=2, partition_id=0),
+        SmiGpu(index=0, pci_bus="0000:23:00.0", uuid=None, kfd_id=45412, node_id=1, partition_id=0),
+        SmiGpu(index=1, pci_bus="0000:26:00.0", uuid=None, kfd_id=59881, node_id=2, partition_id=0),
     )
     assert report.processes == () and report.links == () and report.warnings == ()
 

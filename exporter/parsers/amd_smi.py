@@ -7,11 +7,22 @@ Formats (``research/smi-formats.md`` section 2, and the captures in ``fixtures/s
   top-level ``gpu_data`` key (amd-smi >= 26). Numbers are plain or ``{"value": N, "unit": "..."}``.
 - Text: YAML-like blocks, ``GPU: N`` at column 0 then indented ``KEY: value`` / ``KEY:`` sub-blocks, and
   for ``topology`` (ROCm >= 6.1) ``<NAME> TABLE:`` matrices whose rows and columns are BDFs, plus a Legend.
+- The default view of plain ``amd-smi`` (amd-smi >= 26, ROCm 7): box-drawn tables, a two-line entry per GPU
+  (BDF and name; index and ``used/total MB``) and a ``Processes:`` box; borders never reach a value.
 - Either may be preceded by tool messages (``WARNING: User is missing ...``, ``Fail to open libdrm...``),
   and one capture may hold several outputs one after another.
 
+No GPU: an amd-smi output that names only other devices (``amd-smi list --nic``: ``AI_NIC: 0`` blocks with
+indented keys; JSON items keyed ``nic``/``cpu``/``core``) or a default-view box with no GPU entry is still
+amd-smi output: the result is an empty report with the warning ``amd-smi output with no GPU: ...`` (the source
+then judges "no GPU" a failure). Input with no amd-smi data at all raises :class:`ParseError`.
+
+Redacted values (``<redacted>``, as in amd-smi's own documented outputs) are None, like N/A.
+Shell prompt lines in pastes (``$ amd-smi``, ``user@host:~$ ...``) are not amd-smi output: "cannot place".
+
 Units: the ``mem_usage`` "MB" of amd-smi are MiB (``bytes // 2**20``), so MB values are multiplied by
-1048576; human-readable text sizes (``10.1 GB``, ``0.0 B``) use a 1024 base and are approximate (one decimal).
+1048576 (the default view's ``Mem-Usage`` ``285/196288 MB`` too); human-readable text sizes (``10.1 GB``,
+``0.0 B``) use a 1024 base and are approximate (one decimal).
 "N/A" is None, never 0.
 
 Text topology tables name GPUs only by BDF; their index is the column position (amd-smi prints devices in
@@ -54,13 +65,17 @@ _UNIT_BYTES: dict[str, int] = {
     "tib": 1024**4,
     "pb": 1024**5,
     "pib": 1024**5,
+    "eb": 1024**6,  # seen as a wrapped-around MEM_USAGE (``16.0 EB``): a value, however absurd
+    "eib": 1024**6,
 }
 _SIZE = re.compile(r"^\s*(?P<num>[-+]?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]+)?\s*$")
 _INT_WITH_UNIT = re.compile(r"^\s*(?P<num>[-+]?(?:0[xX][0-9a-fA-F]+|\d+))(?:\s+[A-Za-z%/]+)?\s*$")
+_REDACTED = re.compile(r"^\s*[<\[(]\s*redacted\s*[>\])]\s*$", re.IGNORECASE)
 _GPU_HEADER = re.compile(r"^GPU:\s*(?P<index>[0-9]{1,9})\s*$")
 # Blocks of other device kinds (``CPU: 0``, ``CORE: 3``, ``AI_NIC: 0`` of amd-smi >= 26, ``SWITCH: 1``): amd-smi
 # data, but not about GPUs.
 _OTHER_HEADER = re.compile(r"^(?!GPU:)[A-Z][A-Z0-9_]*:\s*\d{1,9}\s*$")
+_BLOCK_KEY = re.compile(r"^[ \t]+[A-Z][A-Z0-9_]*:")  # an indented ``KEY:`` line of a text block
 _TABLE_TITLE = re.compile(r"^(?P<name>[A-Z][A-Z0-9 /_-]*?)\s+TABLE:\s*$")
 _GPU_KEY = re.compile(r"^gpu_(?P<index>[0-9]{1,9})$")
 _NO_PROCESSES = "no running processes detected"
@@ -142,9 +157,14 @@ def _text(value: object) -> str | None:
         return None
     if isinstance(value, int | float):
         return str(value)
-    if not isinstance(value, str) or is_missing(value):
+    if not isinstance(value, str) or is_missing(value) or _is_redacted(value):
         return None
     return value.strip()
+
+
+def _is_redacted(value: object) -> bool:
+    """``<redacted>`` (the form amd-smi's own docs and pasted outputs use for hidden serials and UUIDs)."""
+    return isinstance(value, str) and _REDACTED.match(value) is not None
 
 
 def _hex_id(value: object) -> str | None:
@@ -163,6 +183,7 @@ class _Builder:
         self.gpus: dict[int, dict[str, Any]] = {}
         self.processes: list[SmiProcess] = []
         self.links: dict[tuple[int, int], dict[str, Any]] = {}
+        self.other_devices: list[str] = []  # kinds of non-GPU devices seen (``AI_NIC``, ``CPU``)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -272,7 +293,7 @@ def _interpret_gpu(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
 
 
 def _set_bdf(out: _Builder, index: int, raw: object, where: str) -> None:
-    if raw is None or is_missing(raw):
+    if raw is None or is_missing(raw) or _is_redacted(raw):
         return
     bdf = normalize_bdf(raw) if isinstance(raw, str) else None
     if bdf is None:
@@ -410,6 +431,10 @@ def _gpu_index(raw: object) -> int | None:
 # --------------------------------------------------------------------------- JSON
 
 
+# Device kinds other than GPUs that amd-smi >= 26 lists (``list --cpu``, ``--core``, ``--nic``): amd-smi data.
+_OTHER_KINDS = frozenset({"cpu", "core", "nic", "ai_nic", "switch", "brcm_nic", "brcm_switch"})
+
+
 def _interpret_json(doc: object, line: int, out: _Builder) -> bool:
     """One JSON document; False when it is not amd-smi's shape at all."""
     items: object = doc
@@ -428,7 +453,10 @@ def _interpret_json(doc: object, line: int, out: _Builder) -> bool:
             continue
         lowered = {str(k).lower(): v for k, v in item.items()}
         if "gpu" not in lowered:
-            if not ({"cpu", "core"} & lowered.keys()):
+            kinds = sorted(k for k in _OTHER_KINDS & lowered.keys() if _gpu_index(lowered[k]) is not None)
+            if kinds:
+                out.other_devices.append(kinds[0].upper())
+            else:
                 out.warn(f"line {line}: JSON item without a GPU index: {_short(item)}")
             continue
         index = _gpu_index(lowered["gpu"])
@@ -546,7 +574,7 @@ def _interpret_tables(tables: Sequence[_Table], out: _Builder) -> bool:
 # ``PROCESS INFO:`` table of ``monitor --process``: right-aligned columns whose cells hold a value and its unit
 # (``305 W``, ``97 %``, ``3.0/191.7 GB``, ``2.9/ 15.9 GB``, ``0 ns``). Cells are read as value+unit tokens.
 _MONITOR_HEADER = re.compile(r"^\s*(?:TIMESTAMP\s+)?GPU(?:\s+[A-Z][A-Z0-9_]*%?){2,}\s*$")
-_UNITS = r"(?:W|mW|kW|°C|C|°F|MHz|GHz|%|B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|ns|us|ms|s|mV|V|GT/s|RPM)"
+_UNITS = r"(?:W|mW|kW|°C|C|°F|MHz|GHz|%|B|KB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB|ns|us|ms|s|mV|V|GT/s|RPM)"
 _CELL = re.compile(
     r"(?P<usage>\d+(?:\.\d+)?/\s*\d+(?:\.\d+)?(?:\s+" + _UNITS + r")?(?!\S))"
     r"|(?P<plain>\S+(?:\s+" + _UNITS + r"(?!\S))?)"
@@ -630,6 +658,147 @@ def _monitor_process(row: Mapping[str, str], index: int, line: int, out: _Builde
     )
 
 
+# --------------------------------------------------------------------------- default view (box tables)
+
+# Plain ``amd-smi`` (amd-smi >= 26, ROCm 7) draws an nvidia-smi-like summary: a box with the versions, one
+# two-line entry per GPU (``| <BDF> <GPU-Name> | <Mem-Uti> <Temp> <UEC> <Power-Usage> |`` then
+# ``| <GPU> <HIP-ID> <OAM-ID> <Partition-Mode> | <GFX-Uti> <Fan> <used>/<total> MB |``), then a ``Processes:``
+# box (``GPU PID Process Name GTT_MEM VRAM_MEM MEM_USAGE CU %``). The Mem-Usage "MB" are MiB like every other
+# amd-smi "MB" (a 192 GiB MI300X shows ``/196592 MB``, a 24 GiB card ``/24560 MB``); process sizes are human
+# text (``38.5 GB``, ``62.5 KB``) with a 1024 base, approximate to one decimal.
+_BOX_BORDER = re.compile(r"^[+|][-=+| ]*$")
+_BOX_USAGE = re.compile(
+    r"(?:^|\s)(?P<used>\d+(?:\.\d+)?|N/A)\s*/\s*(?P<total>\d+(?:\.\d+)?|N/A)\s+(?P<unit>[A-Za-z]+)\s*$"
+)
+_BOX_HEADER = re.compile(r"^(?:AMD-SMI\s+\S+|VBIOS version:|Platform:|AMDSMI Tool:)", re.IGNORECASE)
+
+
+def _is_box_line(content: str) -> bool:
+    return content[:1] in ("|", "+") and (content[:2] in ("+-", "+=", "|=", "|-") or content.count("|") >= 2)
+
+
+def _box_cells(content: str) -> list[str]:
+    inner = content[1:]
+    if inner.endswith("|"):
+        inner = inner[:-1]
+    return [cell.strip() for cell in inner.split("|")]
+
+
+def _scan_box(lines: Sequence[str], i: int, out: _Builder) -> tuple[int, bool]:
+    """A run of box-drawn lines from line ``i``; returns the next line and whether it was amd-smi's default view."""
+    recognised = False
+    pending: tuple[int, str | None, str] | None = None  # (line, bdf, name) of a GPU entry's first line
+    mode: str | None = None  # "gpus" or "processes"
+    process_columns: list[str] = []
+    while i < len(lines):
+        content = lines[i].strip()
+        if not content or not _is_box_line(content):
+            break
+        number = i + 1
+        i += 1
+        if _BOX_BORDER.match(content):
+            continue
+        cells = _box_cells(content)
+        first = cells[0]
+        if len(cells) == 1 and _BOX_HEADER.match(first):
+            recognised = True
+            continue
+        if len(cells) == 1 and first.rstrip(":").lower() == "processes":
+            recognised, mode = True, "processes"
+            continue
+        if "BDF" in first.split() and "GPU-Name" in first:
+            recognised, mode = True, "gpus"
+            continue
+        if first.split()[:1] == ["GPU"] and ("HIP-ID" in first or "PID" in first.split()):
+            recognised = True
+            if "PID" in first.split():
+                mode = "processes"
+                process_columns = _process_columns(first)
+            continue
+        if mode == "gpus" and len(cells) >= 2:
+            tokens = first.split()
+            if tokens and normalize_bdf(tokens[0]) is not None:
+                if pending is not None:
+                    out.warn(f"line {pending[0]}: GPU entry without its second line")
+                pending = (number, normalize_bdf(tokens[0]), " ".join(tokens[1:]))
+                continue
+            index = _gpu_index(tokens[0]) if tokens else None
+            if index is not None and pending is not None:
+                _box_gpu(out, index, pending, cells[-1], number)
+                pending = None
+                continue
+        if mode == "processes" and len(cells) == 1:
+            if first.lower().startswith("no running processes"):
+                continue
+            if process_columns and _box_process(out, process_columns, first, number):
+                continue
+        out.warn(f"line {number}: cannot place: {content}")
+    if pending is not None:
+        out.warn(f"line {pending[0]}: GPU entry without its second line")
+    return i, recognised
+
+
+def _process_columns(header: str) -> list[str]:
+    """``GPU PID Process Name GTT_MEM VRAM_MEM MEM_USAGE CU %`` -> GPU, PID, NAME, GTT_MEM, ..., CU%."""
+    text = re.sub(r"\bProcess Name\b", "NAME", header)
+    text = re.sub(r"\s+%", "%", text)
+    return text.split()
+
+
+def _box_gpu(out: _Builder, index: int, pending: tuple[int, str | None, str], right: str, line: int) -> None:
+    first_line, bdf, name = pending
+    out.gpu(index)
+    out.set_gpu(index, "pci_bus", bdf)
+    if re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}", name):
+        out.set_gpu(index, "device_id", name.lower())  # no market name known: amd-smi shows the device ID
+    elif name and not is_missing(name):
+        if name.startswith("..."):
+            out.warn(f"line {first_line}: GPU {index} name cut by amd-smi: {name}")
+        out.set_gpu(index, "model", name)
+    m = _BOX_USAGE.search(right)
+    if m is None:
+        out.warn(f"line {line}: GPU {index}: no used/total memory in {right!r}")
+        return
+    where = f"line {line} GPU {index} Mem-Usage"
+    unit = m["unit"]
+    if not is_missing(m["used"]):
+        out.set_gpu(index, "vram_used_bytes", _size_bytes(f"{m['used']} {unit}", "MB", out.warn, where))
+    if not is_missing(m["total"]):
+        out.set_gpu(index, "vram_total_bytes", _size_bytes(f"{m['total']} {unit}", "MB", out.warn, where))
+
+
+def _box_process(out: _Builder, columns: Sequence[str], row: str, line: int) -> bool:
+    """One ``Processes:`` row; False when it is not one (the caller warns)."""
+    cells = _cells(row)
+    if "NAME" not in columns or columns[:2] != ["GPU", "PID"] or len(cells) < len(columns):
+        return False
+    after = len(columns) - columns.index("NAME") - 1
+    head, tail = cells[:2], cells[len(cells) - after :] if after else []
+    name = " ".join(cells[2 : len(cells) - after])
+    index = _gpu_index(head[0])
+    if index is None or not head[1].isdigit() or len(head[1]) > 10:
+        return False
+    pid = int(head[1])
+    row_cells = dict(zip(columns[columns.index("NAME") + 1 :], tail, strict=True))
+    where = f"line {line} GPU {index} pid {pid}"
+
+    def size(column: str) -> int | None:
+        return _size_bytes(row_cells[column], "B", out.warn, f"{where} {column}") if column in row_cells else None
+
+    out.gpu(index)
+    out.processes.append(
+        SmiProcess(
+            pid=pid,
+            name=_text(name) or None,
+            gpu=index,
+            vram_used_bytes=size("VRAM_MEM"),
+            gtt_used_bytes=size("GTT_MEM"),
+            cpu_used_bytes=size("CPU_MEM"),
+        )
+    )
+    return True
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -653,6 +822,8 @@ def parse_amd_smi(text: str) -> SmiReport:
     warnings: list[str] = []
     parts: list[tuple[SmiReport, bool]] = []  # (partial report, indices are only column positions)
     first_format: SmiFormat | None = None
+    no_gpu_format: SmiFormat | None = None  # amd-smi output seen that names no GPU (other devices, empty box)
+    other_devices: list[str] = []
     decoder = json.JSONDecoder()
     i = 0
     n = len(lines)
@@ -662,11 +833,23 @@ def parse_amd_smi(text: str) -> SmiReport:
         if not content:
             i += 1
             continue
+        if _is_box_line(content):
+            builder = _Builder("text", warnings)
+            i, recognised = _scan_box(lines, i, builder)
+            if builder.gpus:
+                parts.append((builder.report(), False))
+                first_format = first_format or "text"
+            elif recognised:
+                no_gpu_format = no_gpu_format or "text"
+            continue
         if content[0] in "[{":
             before = len(parts)
-            i = _scan_json(text, lines, starts, i, decoder, warnings, parts)
+            seen_others = len(other_devices)
+            i = _scan_json(text, lines, starts, i, decoder, warnings, parts, other_devices)
             if len(parts) > before and first_format is None:
                 first_format = "json"
+            elif len(other_devices) > seen_others:
+                no_gpu_format = no_gpu_format or "json"
             continue
         if _GPU_HEADER.match(line):
             end = _block_end(lines, i)
@@ -684,7 +867,14 @@ def parse_amd_smi(text: str) -> SmiReport:
             i = end
             continue
         if _OTHER_HEADER.match(line):
-            i = _block_end(lines, i)  # CPU/core blocks of APUs: amd-smi data, not GPU data
+            end = _block_end(lines, i)  # CPU/core/AI_NIC blocks: amd-smi data, not GPU data
+            if any(_BLOCK_KEY.match(lines[k]) for k in range(i + 1, end)):
+                other_devices.append(line.split(":", 1)[0].strip())
+                no_gpu_format = no_gpu_format or "text"
+            else:
+                warnings.append(f"line {i + 1}: cannot place: {content}")
+                end = i + 1
+            i = end
             continue
         if _TABLE_TITLE.match(line):
             i, tables = _scan_tables(lines, i, warnings)
@@ -714,6 +904,11 @@ def parse_amd_smi(text: str) -> SmiReport:
         warnings.append(content if _is_tool_message(content) else f"line {i + 1}: cannot place: {content}")
         i += 1
 
+    if (not parts or first_format is None) and no_gpu_format is not None:
+        kinds = ", ".join(sorted(set(other_devices)))
+        what = f"only other devices ({kinds})" if kinds else "no GPU entry"
+        warnings.append(f"amd-smi output with no GPU: {what}")
+        return SmiReport(tool="amd-smi", format=no_gpu_format, warnings=tuple(warnings))
     if not parts or first_format is None:
         detail = f" (first message: {warnings[0]})" if warnings else ""
         raise ParseError(f"no amd-smi data found{detail}", 1 if n else None)
@@ -783,6 +978,7 @@ def _scan_json(
     decoder: json.JSONDecoder,
     warnings: list[str],
     parts: list[tuple[SmiReport, bool]],
+    others: list[str],
 ) -> int:
     """Decode the JSON document(s) starting on line ``i``; returns the first line after them."""
     pos = starts[i] + (len(lines[i]) - len(lines[i].lstrip()))
@@ -808,6 +1004,7 @@ def _scan_json(
             found = False
         if found:
             parts.append((builder.report(), False))
+        others.extend(builder.other_devices)
         pos = end
         while pos < len(text) and text[pos] in " \t\r\n":
             pos += 1
