@@ -448,3 +448,110 @@ def test_required_literal(pattern: str, literal: str | None) -> None:
         for m in ("xx ring gfx timeout, signaled seq=1", "GPU reset(2) failed", "SRAM ECC is active", "abce", "xxyzw"):
             if re.search(pattern, m):
                 assert literal in m
+
+
+# Synthetic pastes (tests/data/kernel-log/pastes, PROVENANCE.md there names the public threads that showed each
+# feature): format, counts, every event's line and device, and every warning.
+PASTES = {
+    "notime-markdown.txt": (
+        "plain",
+        {
+            "0000:0a:00.0": {
+                "gpu_reset_asic_done": 1,
+                "gpu_reset_begin": 1,
+                "gpu_reset_method": 1,  # "MODE1 reset" then "GPU mode1 reset" and "GPU smu mode1 reset": one reset
+                "ring_timeout": 1,
+                "vram_lost": 1,
+            }
+        },
+        [
+            (6, "ring_timeout"),
+            (8, "gpu_reset_begin"),
+            (9, "gpu_reset_method"),
+            (12, "gpu_reset_asic_done"),
+            (13, "vram_lost"),
+        ],
+        [1, 2, 3, 5, 17, 18, 19],
+    ),
+    "journal-quoted-indented.txt": (
+        "journal-short",
+        {"0000:0d:00.0": {"mes_error": 1, "vm_fault": 1}},
+        [(1, "vm_fault"), (7, "mes_error")],
+        [],
+    ),
+    "grep-syslog.txt": (
+        "journal-short",
+        {
+            "0000:0b:00.0": {"init_fatal": 1, "probe_fail": 1},  # the optional _ta.bin firmware is no fault
+            "0000:0c:00.0": {"init_fatal": 1, "vm_fault": 1},  # a gmc_v8 fault is four lines, one event
+            "unknown": {"ip_block_fail": 1},  # DRM_ERROR names no device and the log names two GPUs
+        },
+        [(4, "ip_block_fail"), (5, "init_fatal"), (7, "probe_fail"), (8, "vm_fault"), (12, "init_fatal")],
+        [1],
+    ),
+    "freebsd-notime.txt": (
+        "dmesg",
+        {"unknown": {"gpu_reset_begin": 1, "gpu_reset_method": 1, "mes_error": 1, "ring_timeout": 1}},
+        [(2, "ring_timeout"), (4, "gpu_reset_begin"), (5, "mes_error"), (7, "gpu_reset_method")],
+        [8],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PASTES))
+def test_pasted_logs(name: str) -> None:
+    fmt, counts, events, warning_lines = PASTES[name]
+    text = (Path(__file__).parent / "data" / "kernel-log" / "pastes" / name).read_bytes().decode("utf-8")
+    report = kernel_log_report(text)
+    assert report["format"] == fmt
+    assert report["counts"] == counts
+    got = [(e["line"], e["class"]) for e in report["events"]]  # type: ignore[attr-defined]
+    assert got == events
+    warnings = [str(w) for w in report["warnings"]]  # type: ignore[attr-defined]
+    assert [int(w.split(":")[0].split()[1]) for w in warnings if w.startswith("line ")] == warning_lines
+
+
+def test_crlf_quoted_indented_journal_keeps_every_record() -> None:
+    text = (Path(__file__).parent / "data" / "kernel-log" / "pastes" / "journal-quoted-indented.txt").read_bytes()
+    assert b"\r\n" in text
+    parsed = parse_kernel_log_records(text.decode("utf-8"))
+    assert len(parsed.records) == 8 and parsed.warnings == ()
+    assert [r.is_kernel for r in parsed.records].count(False) == 1  # the sudo line
+    assert all(not r.text.endswith("\r") and r.text.startswith(("amdgpu ", "[drm:", "pam_")) for r in parsed.records)
+
+
+def test_init_failure_lines_count_once_and_alone_still_count() -> None:
+    pair = "[  5.000000] amdgpu 0000:03:00.0: amdgpu_device_ip_init failed\n"
+    pair += "[  5.000001] amdgpu 0000:03:00.0: Fatal error during GPU init\n"
+    assert kernel_log_report(pair)["counts"] == {"0000:03:00.0": {"init_fatal": 1}}
+    alone = "[  5.000001] amdgpu 0000:03:00.0: Fatal error during GPU init\n"
+    assert kernel_log_report(alone)["counts"] == {"0000:03:00.0": {"init_fatal": 1}}
+    later = pair + "[ 99.000000] amdgpu 0000:03:00.0: Fatal error during GPU init\n"  # a second attempt, minutes on
+    assert kernel_log_report(later)["counts"] == {"0000:03:00.0": {"init_fatal": 2}}
+
+
+def test_probe_of_names_the_device_among_several() -> None:
+    log = (
+        "[  1.0] amdgpu 0000:03:00.0: amdgpu: SE 4, SH per SE 2\n"
+        "[  1.1] amdgpu 0000:43:00.0: amdgpu: SE 4, SH per SE 2\n"
+        "[  2.0] amdgpu: probe of 0000:43:00.0 failed with error -22\n"
+    )
+    assert kernel_log_report(log)["counts"] == {"0000:43:00.0": {"probe_fail": 1}}
+
+
+def test_aer_requester_id_of_older_kernels() -> None:
+    # id=0300: bus 03, device 00, function 0, in the reporting port's domain
+    line = "pcieport 0001:00:03.1: AER: Multiple Corrected error received: id=0300"
+    gpu = KernelClassifier(known_gpus=["0001:03:00.0"])
+    [event] = gpu.feed(KernelRecord(line=1, text=line))
+    assert (event.event_class, event.pci_bus) == ("pcie_aer", "0001:03:00.0")
+    other = KernelClassifier(known_gpus=["0000:03:00.0"])  # same bus in another domain: not the GPU
+    assert other.feed(KernelRecord(line=1, text=line)) == [] and other.aer_not_gpu == 1
+
+
+def test_optional_ta_firmware_is_a_trap_but_other_firmware_counts() -> None:
+    ta = "amdgpu 0000:03:00.0: Direct firmware load for amdgpu/vega20_ta.bin failed with error -2"
+    assert match_message(RULES, ta).kind == "trap"
+    sos = "amdgpu 0000:03:00.0: Direct firmware load for amdgpu/vega20_sos.bin failed with error -2"
+    match = match_message(RULES, sos)
+    assert match.kind == "anchor" and match.rule is not None and match.rule.event_class == "fw_load_fail"

@@ -190,3 +190,57 @@ def test_parser_raises_only_parse_error(text: str) -> None:
         return
     for record in parsed.records:
         assert 1 <= record.line <= max(1, len(text.splitlines()))
+
+
+@pytest.mark.parametrize(
+    ("line", "fmt", "mono", "text"),
+    [
+        ("kvě 25 19:29:48 host kernel: msg", "journal-short", None, "msg"),  # locale month with a non-ASCII letter
+        ("Jan 02 21:35:19  kernel: msg", "journal-short", None, "msg"),  # empty host name
+        ("kernel: [ 2484.374025] msg", "journal-short", 2484.374025, "msg"),  # syslog line with date and host cut
+        ("/var/log/kern.log:Feb  2 08:03:20 h kernel: [1.5] msg", "journal-short", 1.5, "msg"),  # grep -r
+        ("kern.log.1:12:Feb  2 08:03:20 h kernel: msg", "journal-short", None, "msg"),  # grep -rn
+        (">[  312.518980] msg", "dmesg", 312.518980, "msg"),  # markdown quote
+        ("    [  312.518980] msg", "dmesg", 312.518980, "msg"),  # markdown indented code block
+        ("\u2502[  1.000000] msg   \u2502", "dmesg", 1.0, "msg"),  # box-drawing borders of a TUI
+        (
+            "amdgpu 0000:03:00.0: amdgpu: GPU reset begin!",
+            "plain",
+            None,
+            "amdgpu 0000:03:00.0: amdgpu: GPU reset begin!",
+        ),
+        ("[drm] VRAM is lost due to GPU reset!", "plain", None, "[drm] VRAM is lost due to GPU reset!"),
+        ("drmn0: GPU reset begin!", "plain", None, "drmn0: GPU reset begin!"),
+    ],
+)
+def test_paste_styles(line: str, fmt: str, mono: float | None, text: str) -> None:
+    parsed = parse_kernel_log_records(line + "\r\n")
+    assert parsed.format == fmt and parsed.warnings == ()
+    [r] = parsed.records
+    assert (r.monotonic_seconds, r.text) == (mono, text)
+
+
+def test_log_without_timestamps_keeps_kernel_lines_and_warns_about_paste_junk() -> None:
+    parsed = parse_kernel_log_records(
+        "Here is my dmesg:\n```\n[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, signaled seq=1, "
+        "emitted seq=3\nqcm fence wait loop timeout expired\nrfkill: input handler enabled\n...\n$ uname -r\n```\n"
+    )
+    assert parsed.format == "plain"
+    assert [r.line for r in parsed.records] == [3, 4, 5]
+    assert [w.split(":")[0] for w in parsed.warnings] == ["line 1", "line 2", "line 6", "line 7", "line 8"]
+
+
+def test_headed_log_takes_unmistakable_bare_kernel_lines_only() -> None:
+    parsed = parse_kernel_log_records(
+        "[  1.000000] first\namdgpu 0000:03:00.0: amdgpu: GPU reset begin!\nNote: then it froze\n"
+    )
+    assert parsed.format == "dmesg"
+    assert [(r.line, r.monotonic_seconds) for r in parsed.records] == [(1, 1.0), (2, None)]
+    assert parsed.warnings == ("line 3: not a kernel-log line: 'Note: then it froze'",)
+
+
+def test_freebsd_and_old_kfd_prefixes() -> None:
+    assert split_message("drmn0: [drm] *ERROR* [drm ERROR :f] sw_init of IP block <psp> failed -2").body == (
+        "sw_init of IP block <psp> failed -2"
+    )
+    assert split_message("kfd: qcm fence wait loop timeout expired").body == "qcm fence wait loop timeout expired"
