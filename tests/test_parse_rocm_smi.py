@@ -779,10 +779,12 @@ def test_pretty_json_in_a_fence_after_a_root_prompt() -> None:
         "root@node:/# sudo -E rocm-smi --showbus --csv",
         "rocm-smi --showbus --csv",
         "% rocm_smi.py --showbus --csv",
+        "(Mon Mar 02 09:15:07) alice@gpu-box ~$ /opt/rocm/bin/rocm-smi --showbus --csv",
+        "`$ rocm-smi --showbus --csv",
     ],
 )
 def test_command_lines_are_placed(command: str) -> None:
-    text = f"{command}\n```\ndevice,PCI Bus\ncard0,0000:0C:00.0\n```\n"
+    text = f"{command}\n```\ndevice,PCI Bus\ncard0,0000:0C:00.0\n```\n`\n"
     report = parse_rocm_smi(text)
     assert report.format == "csv"
     assert [(g.index, g.pci_bus) for g in report.gpus] == [(0, "0000:0c:00.0")]
@@ -801,6 +803,11 @@ def test_a_prompt_for_another_tool_is_a_warning() -> None:
 def test_prose_only_is_still_not_rocm_smi() -> None:
     with pytest.raises(ParseError):
         parse_rocm_smi("$ rocm-smi --showbus\nbash: rocm-smi: command not found\n")
+
+
+def test_a_sentence_naming_rocm_smi_is_not_a_command_line() -> None:
+    report = parse_rocm_smi(_text("Then run `sudo rocm-smi --showbus` again:", "GPU[0]\t\t: PCI Bus: 0000:03:00.0"))
+    assert report.warnings == ("Then run `sudo rocm-smi --showbus` again:",)
 
 
 def test_untitled_indented_concise_table_of_rocm_1_9() -> None:
@@ -879,6 +886,8 @@ def test_gpu_lines_of_unread_metrics_are_placed(line: str) -> None:
         "Unable to get voltage curve",
         "get_od_volt, Requested function is not implemented on this setup",
         "Not supported",
+        "get_gpu_metrics, Unexpected data received",
+        "% Energy Counter, Unexpected data received",
     ],
 )
 def test_gpu_lines_saying_a_query_failed_are_warnings(line: str) -> None:

@@ -63,10 +63,9 @@ _CSV_START = ("device,", "system,", "name,")
 # without a shell prompt (``$ rocm-smi --showpids``, ``root@host:~# sudo rocm-smi -a``, ``rocm-smi -a``), and
 # Markdown code fences. They are placed (not tool output, not unplaceable); a prompt line starts a new output.
 _COMMAND_LINE = re.compile(
-    r"^(?:(?:\([^()]{1,40}\)\s*)?[^\s$#%>]{0,80}[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?rocm[-_]smi(?:\.py)?"
-    r"(?:\s.*)?$"
+    r"^(?:[^$#%>]{0,80}?[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?rocm[-_]smi(?:\.py)?(?:\s.*)?$"
 )
-_FENCE = re.compile(r"^(?:```|~~~)[\w+-]*$")
+_FENCE = re.compile(r"^(?:(?:```|~~~)[\w+-]*|`)$")  # a lone backtick: inline code spread over lines
 # The concise table's header (plain ``rocm-smi``). ROCm <= 3.x printed it under an untitled spacer, and
 # ROCm 1.9 indented it by one space, so it is recognised by its columns, not by a section title.
 _CONCISE_HEADER = re.compile(r"^(?:GPU|Device)\s+(?:Node\s+|IDs\s+)*(?:Temp|AvgPwr|Power|SCLK)\b")
@@ -75,8 +74,10 @@ _PIDGPUS_LINE = re.compile(r"^PID \d{1,12} is using \d{1,9} DRM device\(s\):?$")
 _INDEX_LIST = re.compile(r"^\d{1,9}(?:\s+\d{1,9})*$")
 # A GPU[n] line without "key: value" is a sub-heading or list item of a metric this parser does not read
 # (``OD_SCLK:``, ``Supported sclk frequencies on GPU0``), or the tool saying a query failed: the latter are warnings.
+# rsmi_ret_ok() prints failures as "<query>, <rsmi status text>" (``get_gpu_metrics, Unexpected data received``).
 _GPU_COMPLAINT = re.compile(
-    r"not supported|unsupported|unable|not implemented|error|fail|cannot|can't|invalid|denied|permission",
+    r",\s|not supported|unsupported|unable|not implemented|unexpected|error|fail|cannot|can't|invalid|denied"
+    r"|permission|insufficient|busy|not found|timeout|timed out",
     re.IGNORECASE,
 )
 
