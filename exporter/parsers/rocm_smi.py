@@ -21,9 +21,19 @@ Field choices (documented here because the tool offers several candidates):
   from the upper triangle and, when that cell is unreadable, from the lower one. ``N/A``/``XXXX`` are None;
   a link type other than ``PCIE``/``XGMI`` (the only two rsmi reports) is None plus a warning.
 
+- GPUs: every index the capture names (a ``GPU[n]`` line, a ``cardN`` key, a concise-table row, a topology
+  matrix label) is a GPU, even when nothing else is known about it.
+
 A value the tool printed as N/A / UNKNOWN / None, or did not print, is None. A value of a known field that
 cannot be read (garbage) is None plus a warning. Every WARNING/ERROR line and every line that cannot be
-placed goes to ``warnings``; per-GPU lines of metrics this parser does not use are placed and ignored.
+placed goes to ``warnings``; per-GPU lines of metrics this parser does not use are placed and ignored, except
+lines where the tool says a query failed (``get_power_cap, Not supported ...``), which are warnings.
+
+Captures pasted into issue threads (the held-out test material) carry framing the tool never printed: the
+command line with or without a shell prompt, Markdown fences, a sentence before the data, several commands'
+outputs one after another, CRLF endings, tabs expanded or whitespace collapsed, wide matrices wrapped by a
+terminal. Command lines and fences are placed; a command line starts a new output; other foreign lines are
+warnings; the format is decided by the first line that can decide it, not by the first line.
 """
 
 from __future__ import annotations
