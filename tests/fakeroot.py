@@ -173,6 +173,12 @@ class FakeGpu:
     unreadable: frozenset[str] = frozenset()
     pci_path: str | None = None  # parents under devices/, e.g. "pci0000:00/0000:00:01.1"; derived by default
     hwmon: int | None = None  # hwmonN number; assigned in order when None
+    pci_class: int = 0x038000  # 0x030000 for a VGA-class part (consumer cards, APUs); Instinct parts are 0x038000
+    subsystem: tuple[int, int] = (0x1002, 0x0C34)  # subsystem vendor, subsystem device
+    # An on-card AMD PCIe switch (Vega/Navi boards: upstream port 0x1478 at bus-2, downstream 0x1479 at bus-1):
+    # the GPU function then reports the switch-internal link, and the slot link is on the upstream port.
+    # Value: the upstream port's (current_link_speed, current_link_width).
+    card_switch: tuple[str, int] | None = None
 
 
 @dataclass
@@ -189,6 +195,9 @@ class FakeOther:
     bdf: str | None = None
     device_path: str | None = None
     connectors: tuple[str, ...] = ()
+    pci_path: str | None = None  # parents under devices/ of a PCI function; derived from the BDF by default
+    pci_class: int = 0x030000
+    pci_id: tuple[int, int] | None = None  # (vendor, device) for the uevent's PCI_ID/MODALIAS; omitted when None
 
     @classmethod
     def bmc(cls, bdf: str = "0000:c2:00.0", card: int = 0, driver: str = "ast") -> FakeOther:
@@ -233,6 +242,9 @@ class FakeRoot:
     group_file: str | None = None  # verbatim etc/group; None: generated from ``gids``
     kfd_generation_id: str = "2\n"
     kfd_system_properties: str = "platform_oem 0\nplatform_id 0\nplatform_rev 0\n"
+    # what kernels before ~5.x also had: class/drm/ttm (a virtual device) and, in each card's drm/ directory,
+    # the compatibility link controlD<64+N> -> card<N>
+    legacy_drm: bool = False
 
     @property
     def sys(self) -> Path:
@@ -280,10 +292,10 @@ class FakeRoot:
         """The PCI function's directory under ``sys/devices`` (the resolved target of class/drm/X/device)."""
         for gpu in self.gpus:
             if gpu.bdf == bdf:
-                return self.sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path)
+                return self.sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path, gpu.card_switch is not None)
         for other in self.others:
             if other.bdf == bdf:
-                return self.sys / "devices" / _pci_rel(bdf, None)
+                return self.sys / "devices" / _pci_rel(bdf, other.pci_path)
         raise KeyError(bdf)
 
     # ---- mutators -------------------------------------------------------------------------------------
@@ -406,6 +418,7 @@ def build_root(
     gids: dict[str, int] | None = None,
     group_file: str | None = None,
     by_path: bool = True,
+    legacy_drm: bool = False,
     boot_id: str = "8f2d4c1e-6b3a-4f59-9d0e-2a7c5b1e3f40",
     kfd_generation_id: str = "2\n",
     kfd_system_properties: str | None = None,
@@ -425,6 +438,7 @@ def build_root(
         by_path=by_path,
         group_file=group_file,
         kfd_generation_id=kfd_generation_id,
+        legacy_drm=legacy_drm,
     )
     if kfd_system_properties is not None:
         root.kfd_system_properties = kfd_system_properties
@@ -469,13 +483,71 @@ def _write_etc(root: FakeRoot) -> None:
     _write(root.etc / "passwd", "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n")
 
 
-def _pci_rel(bdf: str, pci_path: str | None) -> str:
-    """The PCI function's path under ``devices/``: ``pci0000:60/0000:60:01.1/0000:63:00.0`` by default."""
+def _pci_rel(bdf: str, pci_path: str | None, card_switch: bool = False) -> str:
+    """The PCI function's path under ``devices/``: ``pci0000:60/0000:60:01.1/0000:63:00.0`` by default.
+
+    A function on bus 0 sits on the root bus itself, ``pci0000:00/0000:00:02.0`` (an iGPU, a virtio GPU).
+    ``card_switch``: behind an on-card switch, ``.../0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0``.
+    """
     if pci_path is not None:
         return f"{pci_path}/{bdf}"
     domain, bus, _, _ = _bdf_parts(bdf)
     root_bus = bus & 0xE0
-    return f"pci{domain:04x}:{root_bus:02x}/{domain:04x}:{root_bus:02x}:01.1/{bdf}"
+    host = f"pci{domain:04x}:{root_bus:02x}"
+    if bus == 0:
+        return f"{host}/{bdf}"
+    port = f"{domain:04x}:{root_bus:02x}:01.1"
+    if card_switch:
+        if bus - 2 <= root_bus:
+            raise ValueError(f"{bdf}: an on-card switch needs two bus numbers below the GPU's on the same root")
+        return f"{host}/{port}/{domain:04x}:{bus - 2:02x}:00.0/{domain:04x}:{bus - 1:02x}:00.0/{bdf}"
+    return f"{host}/{port}/{bdf}"
+
+
+def _pci_uevent(
+    driver: str, bdf: str, pci_class: int, pci_id: tuple[int, int] | None, subsys: tuple[int, int] | None
+) -> str:
+    """A PCI function's uevent as the PCI core writes it: ``PCI_CLASS`` is ``%X`` of the class (``30000``)."""
+    lines = [f"DRIVER={driver}", f"PCI_CLASS={pci_class:X}"]
+    if pci_id is not None:
+        lines.append(f"PCI_ID={pci_id[0]:04X}:{pci_id[1]:04X}")
+        if subsys is not None:
+            lines.append(f"PCI_SUBSYS_ID={subsys[0]:04X}:{subsys[1]:04X}")
+    lines.append(f"PCI_SLOT_NAME={bdf}")
+    if pci_id is not None and subsys is not None:
+        cls, sub, prog = pci_class >> 16, (pci_class >> 8) & 0xFF, pci_class & 0xFF
+        lines.append(
+            f"MODALIAS=pci:v0000{pci_id[0]:04X}d0000{pci_id[1]:04X}sv0000{subsys[0]:04X}sd0000{subsys[1]:04X}"
+            f"bc{cls:02X}sc{sub:02X}i{prog:02X}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _write_bridges(root: FakeRoot, pci: Path, gpu: FakeGpu) -> None:
+    """Attribute files of the PCI bridges above a GPU: the CPU root port (vendor 0x1022) and, with
+    ``card_switch``, the card's own upstream (0x1478) and downstream (0x1479) switch ports."""
+    chain: list[Path] = []  # the bridges, nearest first, up to the host bridge pciDDDD:BB
+    for d in pci.parents:
+        if not _BDF_DIR.match(d.name):
+            break
+        chain.append(d)
+    for height, bridge in enumerate(chain):  # 0 is the GPU's own parent
+        on_card = gpu.card_switch is not None and height < 2
+        upstream = on_card and height == 1
+        files = {
+            "vendor": "0x1002\n" if on_card else "0x1022\n",
+            "device": ("0x1478\n" if upstream else "0x1479\n") if on_card else "0x1483\n",
+            "class": "0x060400\n",
+        }
+        if upstream and gpu.card_switch is not None:
+            files["current_link_speed"] = f"{gpu.card_switch[0]}\n"
+            files["current_link_width"] = f"{gpu.card_switch[1]}\n"
+        for name, text in files.items():
+            if not (bridge / name).exists():
+                _write(bridge / name, text)
+
+
+_BDF_DIR = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def _drm_minor(root: FakeRoot, parent: Path, name: str, minor: int, connectors: tuple[str, ...] = ()) -> None:
@@ -565,24 +637,20 @@ def _build_sys(root: FakeRoot) -> None:
     hwmon_next = 0
     kfd_nodes: dict[int, tuple[str, str | None, int | None]] = {}  # node -> (properties, name, gpu_id)
     for gpu in root.gpus:
-        pci = sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path)
+        pci = sys / "devices" / _pci_rel(gpu.bdf, gpu.pci_path, gpu.card_switch is not None)
         pci.mkdir(parents=True)
+        _write_bridges(root, pci, gpu)
         _link(pci / "driver", drv)
         _link(pci / "subsystem", sys / "bus" / "pci")
         _link(drv / gpu.bdf, pci)
         _link(sys / "bus" / "pci" / "devices" / gpu.bdf, pci)
-        pci_id = f"{gpu.vendor_id:04X}:{gpu.device_id:04X}"
         attrs: dict[str, str | None] = {
-            "uevent": (
-                f"DRIVER=amdgpu\nPCI_CLASS=38000\nPCI_ID={pci_id}\nPCI_SUBSYS_ID=1002:0C34\n"
-                f"PCI_SLOT_NAME={gpu.bdf}\nMODALIAS=pci:v0000{gpu.vendor_id:04X}d0000{gpu.device_id:04X}"
-                "sv00001002sd00000C34bc03sc80i00\n"
-            ),
+            "uevent": _pci_uevent("amdgpu", gpu.bdf, gpu.pci_class, (gpu.vendor_id, gpu.device_id), gpu.subsystem),
             "vendor": f"0x{gpu.vendor_id:04x}\n",
             "device": f"0x{gpu.device_id:04x}\n",
-            "subsystem_vendor": "0x1002\n",
-            "subsystem_device": "0x0c34\n",
-            "class": "0x038000\n",
+            "subsystem_vendor": f"0x{gpu.subsystem[0]:04x}\n",
+            "subsystem_device": f"0x{gpu.subsystem[1]:04x}\n",
+            "class": f"0x{gpu.pci_class:06x}\n",
             "numa_node": f"{gpu.numa_node}\n",
             "unique_id": f"{gpu.unique_id:016x}\n" if gpu.unique_id is not None else None,
             "serial_number": "\n",
@@ -659,9 +727,9 @@ def _build_sys(root: FakeRoot) -> None:
 
     for other in root.others:
         if other.bdf is not None:
-            parent = sys / "devices" / _pci_rel(other.bdf, None)
+            parent = sys / "devices" / _pci_rel(other.bdf, other.pci_path)
             odrv = sys / "bus" / "pci" / "drivers" / other.driver
-            uevent = f"DRIVER={other.driver}\nPCI_CLASS=30000\nPCI_SLOT_NAME={other.bdf}\n"
+            uevent = _pci_uevent(other.driver, other.bdf, other.pci_class, other.pci_id, other.pci_id)
             _link(sys / "bus" / "pci" / "devices" / other.bdf, parent)
         else:
             assert other.device_path is not None, "FakeOther needs a bdf or a device_path"
@@ -677,6 +745,17 @@ def _build_sys(root: FakeRoot) -> None:
             _drm_minor(root, parent, f"card{other.card}", other.card, other.connectors)
         if other.render is not None:
             _drm_minor(root, parent, f"renderD{other.render}", other.render)
+
+    if root.legacy_drm:
+        ttm = sys / "devices" / "virtual" / "drm" / "ttm"
+        _write(ttm / "uevent", "")
+        _link(ttm / "subsystem", sys / "class" / "drm")
+        _link(sys / "class" / "drm" / "ttm", ttm)
+        for name in os.listdir(sys / "class" / "drm"):
+            m = re.match(r"^card([0-9]+)$", name)
+            if m and int(m[1]) < 64:
+                card_dir = Path(os.path.realpath(sys / "class" / "drm" / name))
+                os.symlink(name, card_dir.parent / f"controlD{64 + int(m[1])}")
 
     if root.kfd_major is not None:
         kfd = sys / "devices" / "virtual" / "kfd" / "kfd"

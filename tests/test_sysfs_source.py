@@ -512,3 +512,253 @@ def test_sysfs_inconsistencies_are_warnings(tmp_path: Path) -> None:
 def test_capture_with_two_nodes_at_one_address_is_refused() -> None:
     with pytest.raises(ValueError, match="share location_id 6400"):
         capture_gpus("mi25-1gpu-plus-copy")
+
+
+# ---- layouts rebuilt by hand from real public pastes ------------------------------------------------------
+# Each test builds the layout a public thread showed (device addresses, numbering, foreign devices, /dev
+# modes) with the builder and asserts the mapping the paste shows. The thread is named by address; none of
+# its text is copied here.
+
+
+def test_paste_igpu_on_the_root_bus_and_amdgpu_behind_a_root_port(tmp_path: Path) -> None:
+    """oneapi-src/level-zero#69 (`ls -l /sys/dev/char`, device uevents) and jaypipes/ghw#408 (`ll
+    /sys/class/drm`): i915 on the root bus at 00:02.0 with card0/renderD128 and connectors, the amdgpu
+    behind root port 00:01.0 with card1/renderD129, a VGA-class (0x030000) part."""
+    others = [
+        FakeOther(
+            driver="i915",
+            card=0,
+            render=128,
+            bdf="0000:00:02.0",
+            connectors=("DP-1", "HDMI-A-1", "HDMI-A-2"),
+            pci_class=0x038000,
+            pci_id=(0x8086, 0x3E92),
+        )
+    ]
+    gpu = FakeGpu(
+        "0000:01:00.0",
+        card=1,
+        render=129,
+        kfd_node=1,
+        device_id=0x73EF,
+        pci_class=0x030000,
+        subsystem=(0x1DA2, 0xE445),
+        pci_path="pci0000:00/0000:00:01.0",
+        connectors=("DP-2", "DP-3", "HDMI-A-3"),
+    )
+    root = build_root(tmp_path, [gpu], others=others)
+    char = root.sys / "dev" / "char"
+    assert os.readlink(char / "226:0") == "../../devices/pci0000:00/0000:00:02.0/drm/card0"
+    assert os.readlink(char / "226:129") == "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/renderD129"
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    assert [(g.pci_bus, *_row(g), g.device_id, g.rocm_smi_index, g.hip_index) for g in snap.gpus] == [
+        ("0000:01:00.0", "card1", "renderD129", 1, "0x73ef", 0, 0)
+    ]
+    assert [(o.name, o.driver, o.parent, o.kind, [m.name for m in o.minors]) for o in snap.other_drm] == [
+        ("card0", "i915", "0000:00:02.0", "igpu", ["card0", "renderD128"])
+    ]
+
+
+# gst-wayland-display#22 (`ls -alh /dev/dri/by-path`): a BMC at 63:00.0 with card0 and no render node, and
+# eight GPUs numbered in probe order, not address order. The excerpt is cut after a1:00.0; c1:00.0 and
+# e1:00.0 fill the two numbers it does not show.
+BY_PATH_HOST = {
+    "0000:61:00.0": (1, 128),
+    "0000:41:00.0": (2, 129),
+    "0000:23:00.0": (3, 130),
+    "0000:01:00.0": (4, 131),
+    "0000:c1:00.0": (5, 132),
+    "0000:e1:00.0": (6, 133),
+    "0000:a1:00.0": (7, 134),
+    "0000:81:00.0": (8, 135),
+}
+
+
+def test_paste_eight_gpus_in_probe_order_and_a_bmc_with_only_a_card(tmp_path: Path) -> None:
+    gpus = [
+        FakeGpu(bdf, card=card, render=render, kfd_node=card, unique_id=0x100 + card)
+        for bdf, (card, render) in BY_PATH_HOST.items()
+    ]
+    root = build_root(tmp_path, gpus, others=[FakeOther.bmc("0000:63:00.0", card=0)])
+    by_path = root.dev / "dri" / "by-path"
+    assert sorted(n for n in os.listdir(by_path) if n.startswith("pci-0000:63:00.0")) == ["pci-0000:63:00.0-card"]
+    assert os.readlink(by_path / "pci-0000:01:00.0-render") == "../renderD131"
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    got = {g.pci_bus: (g.card.minor if g.card else None, g.render.minor if g.render else None) for g in snap.gpus}
+    assert got == BY_PATH_HOST
+    # rocm-smi follows the cards, HIP the KFD nodes (here in probe order too); neither follows the address
+    assert [g.pci_bus for g in sorted(snap.gpus, key=lambda g: g.rocm_smi_index or 0)] == list(BY_PATH_HOST)
+    assert [g.pci_bus for g in sorted(snap.gpus, key=lambda g: g.hip_index or 0)] == list(BY_PATH_HOST)
+    assert [(o.name, o.kind, [m.name for m in o.minors]) for o in snap.other_drm] == [("card0", "bmc", ["card0"])]
+
+
+def test_paste_apu_with_card1_and_no_card0(tmp_path: Path) -> None:
+    """hyprwm/aquamarine#81 (eza `ls /dev/dri`): an APU (PCI class 0x038000, "Display controller") with
+    card1 and renderD128 only, card0 having gone with simpledrm; Arch's render mode 0666."""
+    gpu = FakeGpu("0000:c4:00.0", card=1, render=128, kfd_node=1, device_id=0x150E, pci_class=0x038000)
+    root = build_root(tmp_path, [gpu], modes={"render": 0o666})
+    assert sorted(os.listdir(root.dev / "dri")) == ["by-path", "card1", "renderD128"]
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == () and snap.other_drm == ()
+    assert [(g.pci_bus, *_row(g), g.rocm_smi_index, g.device_id) for g in snap.gpus] == [
+        ("0000:c4:00.0", "card1", "renderD128", 1, 0, "0x150e")
+    ]
+
+
+MI300_HOST = ["0000:05:00.0", "0000:15:00.0", "0000:65:00.0", "0000:75:00.0"]
+MI300_HOST += ["0000:85:00.0", "0000:95:00.0", "0000:e5:00.0", "0000:f5:00.0"]
+
+
+def _mi300_spx_host(render_only: frozenset[int]) -> list[FakeGpu]:
+    """Eight MI300-class GPUs in SPX mode behind a BMC on card0: each takes card 1+8g / renderD 128+8g and
+    seven spare amdgpu_xcp devices (numbered across the host) take the next seven of each. ``render_only``:
+    xcp devices registered without a card node; a card past 63 is not registered either."""
+    gpus = []
+    for g, bdf in enumerate(MI300_HOST):
+        parts = []
+        for i in range(7):
+            xcp, card = 7 * g + i, 2 + 8 * g + i
+            has_card = xcp not in render_only and card <= 63
+            parts.append(FakeXcp(xcp=xcp, index=i + 1, card=card if has_card else None, render=129 + 8 * g + i))
+        gpus.append(
+            FakeGpu(
+                bdf,
+                card=1 + 8 * g,
+                render=128 + 8 * g,
+                kfd_node=1 + g,
+                unique_id=0xA000 + g,
+                device_id=0x74A1,
+                compute_partition="SPX",
+                memory_partition="NPS1",
+                partitions=tuple(parts),
+            )
+        )
+    return gpus
+
+
+def test_paste_mi300_spx_host_cards_one_nine_seventeen(tmp_path: Path) -> None:
+    """nicolargo/glances#3578 (8 GPUs at card1, card9, ..., card57), ROCm/legacy-rocm-build#4411 (rocm-smi
+    finds amdgpu at card1/9/17 and not at card10..16) and ROCm/k8s-device-plugin#157 (`find
+    /sys/devices/platform`: amdgpu_xcp.6 holds card8, while amdgpu_xcp.29, .36 and .38 hold only renderD162,
+    renderD170 and renderD172)."""
+    root = build_root(
+        tmp_path, _mi300_spx_host(frozenset({29, 36, 38})), others=[FakeOther.bmc("0000:02:00.0", card=0)]
+    )
+    assert os.path.realpath(root.sys / "class" / "drm" / "renderD162" / "device") == str(
+        root.sys / "devices" / "platform" / "amdgpu_xcp.29"
+    )
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == ()
+    assert [(g.pci_bus, g.card.minor if g.card else None, g.rocm_smi_index, g.hip_index) for g in snap.gpus] == [
+        (bdf, 1 + 8 * i, i, i) for i, bdf in enumerate(MI300_HOST)
+    ]
+    assert all(g.partition_index is None and g.compute_partition == "SPX" for g in snap.gpus)
+    assert {f"card{n}" for n in range(10, 17)} <= {m.name for o in snap.idle_partitions for m in o.minors}
+    idle = {o.parent: o for o in snap.idle_partitions}
+    assert len(idle) == 56 and {o.kind for o in idle.values()} == {"amdgpu"}
+    assert [m.name for m in idle["amdgpu_xcp.6"].minors] == ["card8", "renderD135"]
+    for xcp, render in ((29, 162), (36, 170), (38, 172)):
+        assert [(m.name, m.dev) for m in idle[f"amdgpu_xcp.{xcp}"].minors] == [(f"renderD{render}", (226, render))]
+    # the 65th primary (BMC + 64) is not registered: the last spare of the last GPU has a render node only
+    assert [m.name for m in idle["amdgpu_xcp.55"].minors] == ["renderD191"]
+    assert snap.other_drm[0].kind == "bmc"
+
+
+@pytest.mark.parametrize(
+    ("major", "mode", "group", "gid"),
+    [
+        (509, 0o660, "render", 109),  # ROCm/ROCm-docker#93: root render 0660, Debian's render gid
+        (234, 0o600, 0, 0),  # ROCm/ROCT-Thunk-Interface#36: no udev rule, crw------- root root
+        (238, 0o660, "render", 109),  # ROCm/legacy-rocm-build#1211
+    ],
+)
+def test_paste_kfd_dynamic_major_and_modes(tmp_path: Path, major: int, mode: int, group: str | int, gid: int) -> None:
+    gpus = [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1), FakeGpu("0000:83:00.0", card=2, render=129)]
+    root = build_root(
+        tmp_path, gpus, others=[FakeOther.bmc("0000:63:00.0", card=0)], kfd_major=major, modes={"kfd": mode}
+    )
+    root.chgrp("kfd", group)
+    st = os.lstat(root.dev / "kfd")
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev), st.st_mode & 0o7777, st.st_gid) == (major, 0, mode, gid)
+    snap = read_sysfs(root.sys)
+    assert snap.kfd_dev == (major, 0) and snap.warnings == ()
+    assert [(g.pci_bus, g.kfd_node) for g in snap.gpus] == [("0000:03:00.0", 1), ("0000:83:00.0", None)]
+
+
+def test_paste_sriov_virtual_functions_with_gaps_are_foreign(tmp_path: Path) -> None:
+    """saihgupr/frigate-oci-script#15: an iGPU with SR-IOV VFs, card0 and card2..7 with renderD128 and
+    renderD130..135 (card1/renderD129 missing), Proxmox modes 0666. No amdgpu at all: no GPU, no warning."""
+    others = [FakeOther(driver="i915", card=0, render=128, bdf="0000:00:02.0")]
+    others += [FakeOther(driver="i915", card=1 + vf, render=129 + vf, bdf=f"0000:00:02.{vf}") for vf in range(1, 7)]
+    root = build_root(tmp_path, [], others=others, kfd_major=None, modes={"card": 0o666, "render": 0o666})
+    snap = read_sysfs(root.sys)
+    assert snap.gpus == () and snap.warnings == ()
+    assert [(o.name, o.kind, [m.minor for m in o.minors]) for o in snap.other_drm] == [
+        ("card0", "igpu", [0, 128]),
+        *((f"card{1 + vf}", "igpu", [1 + vf, 129 + vf]) for vf in range(1, 7)),
+    ]
+
+
+def test_paste_old_kernel_ttm_entry_and_control_links(tmp_path: Path) -> None:
+    """marazmista/radeon-profile#46 and #226 (class/drm holds ttm/amdttm and version beside the cards) and
+    canonical/lxd#4591 (a card's drm/ directory holds controlD64 -> card0): neither is a minor."""
+    gpus = [FakeGpu("0000:0d:00.0", card=0, render=128, kfd_node=1, connectors=("DP-1", "DVI-D-1", "HDMI-A-1"))]
+    plain = read_sysfs(build_root(tmp_path, gpus, name="plain").sys)
+    root = build_root(tmp_path, gpus, legacy_drm=True, name="legacy")
+    assert os.readlink(root.pci_dir("0000:0d:00.0") / "drm" / "controlD64") == "card0"
+    assert "ttm" in os.listdir(root.sys / "class" / "drm")
+    snap = read_sysfs(root.sys)
+    assert snap == plain
+    assert [(g.pci_bus, *_row(g)) for g in snap.gpus] == [("0000:0d:00.0", "card0", "renderD128", 1)]
+
+
+def test_paste_kfd_topology_with_only_the_cpu_node(tmp_path: Path) -> None:
+    """RadeonOpenCompute/ROCm_Documentation#111 (`ls -lR topology`: node 0 only, a CPU): amdgpu is bound but
+    KFD lists no GPU; the GPU keeps its DRM identity and has no KFD node or HIP index."""
+    snap = read_sysfs(build_root(tmp_path, [FakeGpu("0000:03:00.0", card=0, render=128)], cpu_nodes=1).sys)
+    assert snap.kfd_nodes == () and snap.kfd_dev == (510, 0) and snap.warnings == ()
+    assert [(g.pci_bus, *_row(g), g.hip_index) for g in snap.gpus] == [
+        ("0000:03:00.0", "card0", "renderD128", None, None)
+    ]
+
+
+def test_paste_kfd_order_reversed_from_the_addresses(tmp_path: Path) -> None:
+    """tmac1973/llama-toolchest#121: four GPUs at 03/43/83/c7 whose KFD (HIP) order is c7, 83, 43, 03, with
+    a BMC on card0. HIP indices follow the KFD nodes, whatever the addresses."""
+    order = ["0000:c7:00.0", "0000:83:00.0", "0000:43:00.0", "0000:03:00.0"]
+    gpus = [FakeGpu(b, card=1 + i, render=128 + i, kfd_node=1 + i, unique_id=1 + i) for i, b in enumerate(order)]
+    snap = read_sysfs(build_root(tmp_path, gpus, others=[FakeOther.bmc("0000:c2:00.0", card=0)]).sys)
+    assert [(g.pci_bus, g.hip_index) for g in snap.gpus] == [
+        ("0000:03:00.0", 3),
+        ("0000:43:00.0", 2),
+        ("0000:83:00.0", 1),
+        ("0000:c7:00.0", 0),
+    ]
+
+
+def test_on_card_switch_slot_link_is_read_from_its_upstream_port(tmp_path: Path) -> None:
+    """nokyan/resources#512 and ilya-zlobintsev/amdgpu-sysfs-rs#6: a Navi board's own PCIe switch
+    (root port -> 01:00.0 upstream -> 02:00.0 downstream -> 03:00.0 GPU); the GPU function reports the
+    switch-internal 32 GT/s x16, the upstream port what the slot negotiated."""
+    gpus = [
+        FakeGpu(
+            "0000:03:00.0",
+            card=1,
+            render=128,
+            kfd_node=1,
+            link_speed="32.0 GT/s PCIe",
+            link_width=16,
+            card_switch=("16.0 GT/s PCIe", 8),
+        ),
+        FakeGpu("0000:83:00.0", card=2, render=129, kfd_node=2, link_speed="8.0 GT/s PCIe", link_width=16),
+    ]
+    root = build_root(tmp_path, gpus)
+    assert os.readlink(root.sys / "class" / "drm" / "card1").startswith(
+        "../../devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/drm/"
+    )
+    gpus_by = _by_bdf(read_sysfs(root.sys))
+    assert (gpus_by["0000:03:00.0"].pcie_link_speed_gts, gpus_by["0000:03:00.0"].pcie_link_width) == (16.0, 8)
+    # behind the CPU's root port only (vendor 0x1022): the GPU's own link
+    assert (gpus_by["0000:83:00.0"].pcie_link_speed_gts, gpus_by["0000:83:00.0"].pcie_link_width) == (8.0, 16)

@@ -287,6 +287,28 @@ def _read_ras(reader: _Reader, device: Path) -> tuple[RasCount, ...]:
     return tuple(out)
 
 
+def _slot_link_dir(reader: _Reader, device: Path) -> Path:
+    """Where a GPU's slot link is reported: the GPU function itself, or the topmost port of an on-card AMD
+    PCIe switch above it.
+
+    Vega and Navi boards put their own switch (vendor 0x1002, class 0x0604xx: upstream 0x1470/0x1478,
+    downstream 0x1471/0x1479) between the slot and the GPU; the GPU function then shows the switch-internal
+    link (often 32.0 GT/s x16) and only the upstream port shows what the slot negotiated. The walk stops at
+    the first bridge that is not AMD's (the CPU's root port, vendor 0x1022, or a platform switch).
+    """
+    best = device
+    bridge = device.parent
+    while _BDF_NAME.match(bridge.name):
+        if reader.value(bridge / "vendor", p.parse_hex_id) != "0x1002":
+            break
+        cls = reader.value(bridge / "class", p.parse_hex_id)
+        if cls is None or int(cls, 16) >> 8 != 0x0604:
+            break
+        best = bridge
+        bridge = bridge.parent
+    return best
+
+
 def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
     d = Path(parent.path)
     assert parent.bdf is not None
@@ -307,6 +329,7 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
     if not with_state:
         return gpu
     temps, power = _read_hwmon(reader, d)
+    link = _slot_link_dir(reader, d)
     return replace(
         gpu,
         vram_total_bytes=reader.value(d / "mem_info_vram_total", p.parse_int_value),
@@ -314,8 +337,8 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
         busy_ratio=reader.value(d / "gpu_busy_percent", p.parse_busy_percent),
         temperatures_celsius=temps,
         power_watts=power,
-        pcie_link_speed_gts=reader.value(d / "current_link_speed", p.parse_link_speed),
-        pcie_link_width=reader.value(d / "current_link_width", p.parse_link_width),
+        pcie_link_speed_gts=reader.value(link / "current_link_speed", p.parse_link_speed),
+        pcie_link_width=reader.value(link / "current_link_width", p.parse_link_width),
         ras=_read_ras(reader, d),
     )
 
