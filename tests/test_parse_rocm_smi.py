@@ -1076,3 +1076,10 @@ def test_mutated_captures(path: Path, cut: float, drops: list[int], flips: list[
         if chars:
             chars[position % len(chars)] = char
     _report_or_parse_error("".join(chars))
+
+
+def test_json_pid_key_with_a_space_is_still_a_process() -> None:
+    # Third-party fixtures write "PID 123" for rocm-smi's "PID123"; neither is silently dropped.
+    text = json.dumps({"card0": {"PCI Bus": "0000:0C:00.0"}, "system": {"PID 123": "python, 1, 4096, 0, 0"}})
+    (process,) = parse_rocm_smi(text).processes
+    assert (process.pid, process.name, process.gpu_count, process.vram_used_bytes) == (123, "python", 1, 4096)

@@ -58,7 +58,7 @@ _BANNER = re.compile(r"^=+\s*(?P<title>[^=\s][^=]*?)\s*=+$")
 _GPU_LINE = re.compile(r"^GPU\[(?P<idx>\d{1,9})\](?:\s*XCP\[(?P<xcp>\d{1,9})\])?\s*:\s?(?P<rest>.*)$")
 _MATRIX_LABEL = re.compile(r"^GPU(\d{1,9})$")
 _CARD_KEY = re.compile(r"^card(\d{1,9})$")
-_PID_KEY = re.compile(r"^pid(\d{1,12})$", re.IGNORECASE)
+_PID_KEY = re.compile(r"^pid ?(\d{1,12})$", re.IGNORECASE)
 _TOPO_KEY = re.compile(
     r"^\(topology\) (?P<metric>weight|hops|link type|link accessibility)"
     r" between drm devices (?P<a>\d{1,9}) and (?P<b>\d{1,9})$"
