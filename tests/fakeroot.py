@@ -5,7 +5,10 @@ relative symlinks, real character devices (``os.mknod``; the tests run as root) 
 
 - ``sys/devices/pci<dom>:<bus>/<dom>:<bus>:01.1/<bdf>/``: the PCI function of each GPU with its amdgpu
   attributes, ``driver``/``subsystem`` links, ``hwmon/hwmonN/``, ``ras/`` and ``drm/{cardN,renderDN}/``
-  (each with ``dev``, ``uevent`` and a ``device`` link back to the function, ``../../../<bdf>``).
+  (each with ``dev``, ``uevent`` and a ``device`` link back to the function, ``../../../<bdf>``). A function
+  on bus 0 sits on the root bus (``pci0000:00/0000:00:02.0``); ``pci_path`` gives any other parent chain;
+  ``card_switch`` puts a GPU behind its board's own AMD switch (upstream/downstream ports at bus-2/bus-1).
+  The uevent is the PCI core's (``PCI_CLASS`` in ``%X``, ``PCI_ID``, ``PCI_SUBSYS_ID``, ``MODALIAS``).
 - ``sys/class/drm/<minor>`` -> ``../../devices/.../drm/<minor>``; connectors (``card1-DP-1``) as
   subdirectories of the card and as class links; ``sys/dev/char/226:N`` links; ``sys/class/hwmon``.
 - ``sys/bus/pci/drivers/amdgpu/<bdf>`` (with ``bind``/``unbind``/``new_id``/``module`` beside them),
@@ -19,6 +22,7 @@ relative symlinks, real character devices (``os.mknod``; the tests run as root) 
 - ``dev/kfd``, ``dev/dri/card*``, ``dev/dri/renderD*``: character devices with mode, uid and gid as a
   udev rule set would leave them; ``dev/dri/by-path/pci-<bdf>-{card,render}`` -> ``../<minor>``
   (``platform-<name>-...`` for platform devices).
+- ``legacy_drm``: what older kernels also had, ``class/drm/ttm`` and ``drm/controlD<64+N> -> card<N>``.
 - ``etc/group``, ``etc/passwd``, ``proc/sys/kernel/random/boot_id``, and an empty ``var/lib/rocm-watchdog``
   to use as the state dir.
 

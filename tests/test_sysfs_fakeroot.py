@@ -227,3 +227,78 @@ def test_config_points_into_the_root(tmp_path: Path) -> None:
         root.state_dir,
     )
     assert cfg.top_processes == 5
+
+
+def test_root_bus_functions_sit_directly_under_the_host_bridge(tmp_path: Path) -> None:
+    """An iGPU on bus 0 is ``pci0000:00/0000:00:02.0`` (level-zero#69, ghw#408), not behind a root port;
+    a function on any other bus is behind one; ``pci_path`` places it exactly."""
+    others = [FakeOther.igpu("0000:00:02.0", card=0, render=128)]
+    gpus = [
+        FakeGpu("0000:01:00.0", card=1, render=129, pci_path="pci0000:00/0000:00:01.0"),
+        FakeGpu("0000:43:00.0", card=2, render=130),
+    ]
+    root = build_root(tmp_path, gpus, others=others)
+    drm = root.sys / "class" / "drm"
+    assert os.readlink(drm / "card0") == "../../devices/pci0000:00/0000:00:02.0/drm/card0"
+    assert os.readlink(drm / "card0-eDP-1") == "../../devices/pci0000:00/0000:00:02.0/drm/card0/card0-eDP-1"
+    assert os.readlink(drm / "renderD129") == "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/renderD129"
+    assert os.readlink(drm / "card2") == "../../devices/pci0000:40/0000:40:01.1/0000:43:00.0/drm/card2"
+    igpu = root.pci_dir("0000:00:02.0")
+    assert os.readlink(igpu / "driver") == "../../../bus/pci/drivers/i915"
+    assert os.readlink(root.pci_dir("0000:01:00.0") / "driver") == "../../../../bus/pci/drivers/amdgpu"
+
+
+def test_pci_uevent_class_and_ids_as_the_pci_core_writes_them(tmp_path: Path) -> None:
+    gpu = FakeGpu("0000:0b:00.0", card=0, render=128, device_id=0x73BF, pci_class=0x030000, subsystem=(0x1DA2, 0xE438))
+    other = FakeOther(driver="ast", card=1, bdf="0000:c2:00.0", pci_id=(0x1A03, 0x2000))
+    root = build_root(tmp_path, [gpu], others=[other])
+    pci = root.pci_dir("0000:0b:00.0")
+    assert (pci / "uevent").read_text().splitlines() == [
+        "DRIVER=amdgpu",
+        "PCI_CLASS=30000",  # %X of the class: no 0x, no leading zero
+        "PCI_ID=1002:73BF",
+        "PCI_SUBSYS_ID=1DA2:E438",
+        "PCI_SLOT_NAME=0000:0b:00.0",
+        "MODALIAS=pci:v00001002d000073BFsv00001DA2sd0000E438bc03sc00i00",
+    ]
+    assert [(pci / f).read_text() for f in ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")] == [
+        "0x030000\n",
+        "0x1002\n",
+        "0x73bf\n",
+        "0x1da2\n",
+        "0xe438\n",
+    ]
+    assert (root.pci_dir("0000:c2:00.0") / "uevent").read_text().splitlines()[:3] == [
+        "DRIVER=ast",
+        "PCI_CLASS=30000",
+        "PCI_ID=1A03:2000",
+    ]
+
+
+def test_on_card_switch_ports_and_root_port_files(tmp_path: Path) -> None:
+    gpu = FakeGpu("0000:03:00.0", card=1, render=128, link_speed="32.0 GT/s PCIe", card_switch=("8.0 GT/s PCIe", 4))
+    root = build_root(tmp_path, [gpu])
+    pci = root.pci_dir("0000:03:00.0")
+    assert pci == root.sys / "devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0"
+    down, up, port = pci.parent, pci.parent.parent, pci.parent.parent.parent
+    assert [(d / "vendor").read_text() for d in (down, up, port)] == ["0x1002\n", "0x1002\n", "0x1022\n"]
+    assert {(d / "class").read_text() for d in (down, up, port)} == {"0x060400\n"}
+    assert ((up / "current_link_speed").read_text(), (up / "current_link_width").read_text()) == (
+        "8.0 GT/s PCIe\n",
+        "4\n",
+    )
+    assert (pci / "current_link_speed").read_text() == "32.0 GT/s PCIe\n"
+    assert not (down / "current_link_speed").exists()
+    with pytest.raises(ValueError, match="two bus numbers"):
+        build_root(tmp_path, [FakeGpu("0000:01:00.0", card_switch=("8.0 GT/s PCIe", 4))], name="nobus")
+
+
+def test_legacy_drm_entries(tmp_path: Path) -> None:
+    """Older kernels: class/drm/ttm (a virtual device, radeon-profile#46) and controlD<64+N> -> card<N>
+    inside the card's drm/ directory (lxd#4591)."""
+    root = build_root(tmp_path, _gpu_pair(), others=[FakeOther.bmc("0000:63:00.0", card=0)], legacy_drm=True)
+    drm = root.sys / "class" / "drm"
+    assert os.readlink(drm / "ttm") == "../../devices/virtual/drm/ttm"
+    assert os.readlink(root.pci_dir("0000:03:00.0") / "drm" / "controlD65") == "card1"
+    assert os.readlink(root.pci_dir("0000:63:00.0") / "drm" / "controlD64") == "card0"
+    assert not any(n.startswith("controlD") for n in os.listdir(drm))
