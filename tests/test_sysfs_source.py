@@ -611,17 +611,16 @@ MI300_HOST = ["0000:05:00.0", "0000:15:00.0", "0000:65:00.0", "0000:75:00.0"]
 MI300_HOST += ["0000:85:00.0", "0000:95:00.0", "0000:e5:00.0", "0000:f5:00.0"]
 
 
-def _mi300_spx_host(render_only: frozenset[int]) -> list[FakeGpu]:
+def _mi300_spx_host() -> list[FakeGpu]:
     """Eight MI300-class GPUs in SPX mode behind a BMC on card0: each takes card 1+8g / renderD 128+8g and
-    seven spare amdgpu_xcp devices (numbered across the host) take the next seven of each. ``render_only``:
-    xcp devices registered without a card node; a card past 63 is not registered either."""
+    seven spare amdgpu_xcp devices (numbered across the host) take the next seven of each. The 65th primary
+    (BMC + 64) does not fit in 0..63: a kernel with extended minors hands it card192."""
     gpus = []
     for g, bdf in enumerate(MI300_HOST):
         parts = []
         for i in range(7):
-            xcp, card = 7 * g + i, 2 + 8 * g + i
-            has_card = xcp not in render_only and card <= 63
-            parts.append(FakeXcp(xcp=xcp, index=i + 1, card=card if has_card else None, render=129 + 8 * g + i))
+            card = 2 + 8 * g + i
+            parts.append(FakeXcp(xcp=7 * g + i, index=i + 1, card=card if card <= 63 else 192, render=129 + 8 * g + i))
         gpus.append(
             FakeGpu(
                 bdf,
@@ -641,11 +640,9 @@ def _mi300_spx_host(render_only: frozenset[int]) -> list[FakeGpu]:
 def test_paste_mi300_spx_host_cards_one_nine_seventeen(tmp_path: Path) -> None:
     """nicolargo/glances#3578 (8 GPUs at card1, card9, ..., card57), ROCm/legacy-rocm-build#4411 (rocm-smi
     finds amdgpu at card1/9/17 and not at card10..16) and ROCm/k8s-device-plugin#157 (`find
-    /sys/devices/platform`: amdgpu_xcp.6 holds card8, while amdgpu_xcp.29, .36 and .38 hold only renderD162,
-    renderD170 and renderD172)."""
-    root = build_root(
-        tmp_path, _mi300_spx_host(frozenset({29, 36, 38})), others=[FakeOther.bmc("0000:02:00.0", card=0)]
-    )
+    /sys/devices/platform`: amdgpu_xcp.6 holds card8, amdgpu_xcp.29/.36/.38 renderD162/170/172, and the
+    last one, amdgpu_xcp.55, card192 with renderD191)."""
+    root = build_root(tmp_path, _mi300_spx_host(), others=[FakeOther.bmc("0000:02:00.0", card=0)])
     assert os.path.realpath(root.sys / "class" / "drm" / "renderD162" / "device") == str(
         root.sys / "devices" / "platform" / "amdgpu_xcp.29"
     )
@@ -660,9 +657,11 @@ def test_paste_mi300_spx_host_cards_one_nine_seventeen(tmp_path: Path) -> None:
     assert len(idle) == 56 and {o.kind for o in idle.values()} == {"amdgpu"}
     assert [m.name for m in idle["amdgpu_xcp.6"].minors] == ["card8", "renderD135"]
     for xcp, render in ((29, 162), (36, 170), (38, 172)):
-        assert [(m.name, m.dev) for m in idle[f"amdgpu_xcp.{xcp}"].minors] == [(f"renderD{render}", (226, render))]
-    # the 65th primary (BMC + 64) is not registered: the last spare of the last GPU has a render node only
-    assert [m.name for m in idle["amdgpu_xcp.55"].minors] == ["renderD191"]
+        assert idle[f"amdgpu_xcp.{xcp}"].minors[1].dev == (226, render)
+    assert [(m.name, m.dev) for m in idle["amdgpu_xcp.55"].minors] == [
+        ("card192", (226, 192)),
+        ("renderD191", (226, 191)),
+    ]
     assert snap.other_drm[0].kind == "bmc"
 
 
