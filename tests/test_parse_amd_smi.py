@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
+from dataclasses import fields, replace
 from itertools import combinations
 from pathlib import Path
 
@@ -93,10 +93,14 @@ def test_the_shared_captures_are_there() -> None:
 def test_every_capture_parses_with_invariants(path: Path) -> None:
     report = parse_amd_smi(read(path))
     check_invariants(report)
-    assert report.gpus, "every amd-smi output names at least one GPU"
     assert report.format == ("json" if "_json" in path.name else "text")
-    # Tool messages are kept verbatim; nothing else in these files is unplaceable.
-    assert all(w.startswith(("WARNING:", "Fail to open", "'CTRL' + 'C'")) for w in report.warnings)
+    if "no-gpu" in path.name:  # amd-smi output that names only other devices
+        assert not report.gpus
+        assert report.warnings[-1].startswith("amd-smi output with no GPU")
+        return
+    assert report.gpus, "every amd-smi output names at least one GPU"
+    # Tool messages are kept verbatim; nothing else in these files is unplaceable (but a name amd-smi cut).
+    assert all(w.startswith(("WARNING:", "Fail to open", "'CTRL' + 'C'")) or "name cut" in w for w in report.warnings)
 
 
 @pytest.mark.parametrize("path", SHARED_CAPTURES + SYNTHETIC, ids=lambda p: p.name)
@@ -761,4 +765,158 @@ def test_list_with_an_ai_nic_block_keeps_the_gpu_and_skips_the_nic() -> None:
 def test_a_list_value_folded_over_lines_is_not_a_warning() -> None:
     report = sample("metric_text_folded-list_1gpu.txt")
     assert report.gpus == (SmiGpu(index=0, vram_total_bytes=24560 * MIB, vram_used_bytes=1200 * MIB),)
+    assert report.warnings == ()
+
+
+# --------------------------------------------------------------------------- default view (plain ``amd-smi``)
+
+BOX_CHARACTERS = set("|+═│─┼")
+
+
+def assert_no_box_characters(report: SmiReport) -> None:
+    records: list[SmiGpu | SmiProcess] = [*report.gpus, *report.processes]
+    for record in records:
+        for value in (getattr(record, field.name) for field in fields(record)):
+            assert not (isinstance(value, str) and BOX_CHARACTERS & set(value)), value
+
+
+def test_default_view_two_gpus_and_two_processes() -> None:
+    report = sample("default_text_box_2gpu-2proc.txt")
+    assert report.format == "text"
+    assert report.gpus == (
+        SmiGpu(
+            index=0,
+            pci_bus="0000:1a:00.0",
+            model="AMD Instinct MI250X",
+            vram_used_bytes=30000 * MIB,
+            vram_total_bytes=65504 * MIB,
+        ),
+        # no market name: amd-smi prints the device ID; N/A used stays None, never 0
+        SmiGpu(index=1, pci_bus="0000:2b:00.0", device_id="0x74a5", vram_total_bytes=512 * MIB),
+    )
+    assert report.processes == (
+        SmiProcess(pid=2200001, name="train.py", gpu=0, vram_used_bytes=round(12.5 * GIB), gtt_used_bytes=4 * MIB),
+        SmiProcess(pid=31337, name=None, gpu=1, vram_used_bytes=64 * 1024, gtt_used_bytes=0),
+    )
+    assert report.warnings == ()
+    assert_no_box_characters(report)
+
+
+def test_default_view_indented_wide_header_and_no_processes() -> None:
+    report = sample("default_text_box_indented-wide-header-no-procs_1gpu.txt")
+    assert report.gpus == (
+        SmiGpu(
+            index=0,
+            pci_bus="0000:c3:00.0",
+            model="AMD Radeon PRO W7800",
+            vram_used_bytes=100 * MIB,
+            vram_total_bytes=32752 * MIB,
+        ),
+    )
+    assert report.processes == ()
+    assert report.warnings == ()
+
+
+def test_default_view_cut_name_and_cut_border() -> None:
+    report = sample("default_text_box_cut-name-and-border_1gpu.txt")
+    assert report.gpus == (
+        SmiGpu(
+            index=0,
+            pci_bus="0000:9a:00.0",
+            model="...nstinct MI325X OAM1",
+            vram_used_bytes=GIB,
+            vram_total_bytes=32 * GIB,
+        ),
+    )
+    assert report.warnings == ("line 7: GPU 0 name cut by amd-smi: ...nstinct MI325X OAM1",)
+
+
+def test_default_view_processes_box_alone() -> None:
+    report = sample("default_text_box_processes-only_2gpu.txt")
+    assert report.gpus == (SmiGpu(index=0), SmiGpu(index=1))
+    assert report.processes == (
+        SmiProcess(pid=4100, name="vllm-worker", gpu=0, vram_used_bytes=round(1.5 * GIB), gtt_used_bytes=8 * MIB),
+        SmiProcess(pid=4100, name="vllm-worker", gpu=1, vram_used_bytes=512 * 1024, gtt_used_bytes=8 * MIB),
+        SmiProcess(pid=4222, name="hipcc", gpu=1, vram_used_bytes=0, gtt_used_bytes=0),
+    )
+    assert report.warnings == ()
+
+
+def test_default_view_drawn_with_unicode_box_characters_reads_the_same() -> None:
+    text = read(DATA / "default_text_box_2gpu-2proc.txt")
+    redrawn = text.replace("|", "│").replace("=", "═").replace("+-", "┼-").replace("-+", "-┤")
+    assert parse_amd_smi(redrawn) == sample("default_text_box_2gpu-2proc.txt")
+
+
+def test_default_view_with_prompt_lines_warns_about_them_only() -> None:
+    text = "user@node:~$ amd-smi\n" + read(DATA / "default_text_box_2gpu-2proc.txt") + "$ uname -r\n6.8.0\n"
+    report = parse_amd_smi(text)
+    assert report.gpus == sample("default_text_box_2gpu-2proc.txt").gpus
+    assert report.warnings == (
+        "line 1: cannot place: user@node:~$ amd-smi",
+        "line 23: cannot place: $ uname -r",
+        "line 24: cannot place: 6.8.0",
+    )
+
+
+def test_default_view_merges_with_list_by_bdf() -> None:
+    listed = parse_amd_smi("GPU: 0\n    BDF: 0000:1A:00.0\n    UUID: 1234\n")
+    merged = merge_amd_smi_reports([listed, sample("default_text_box_2gpu-2proc.txt")])
+    assert merged.gpus[0].uuid == "1234"
+    assert merged.gpus[0].model == "AMD Instinct MI250X"
+
+
+def test_a_box_that_is_not_amd_smi_is_not_amd_smi_output() -> None:
+    with pytest.raises(ParseError):
+        parse_amd_smi("+-------+\n| hello |\n| 1 | 2 |\n+-------+\n")
+
+
+def test_a_default_view_header_without_gpus_is_an_empty_report() -> None:
+    text = "+----+\n| AMD-SMI 26.9.1+0a1b2c3d      amdgpu version: 6.20.1   ROCm version: 7.9.1 |\n+----+\n"
+    report = parse_amd_smi(text)
+    assert (report.gpus, report.processes) == ((), ())
+    assert report.warnings == ("amd-smi output with no GPU: no GPU entry",)
+
+
+def test_a_gpu_entry_missing_its_second_line_is_a_warning() -> None:
+    text = read(DATA / "default_text_box_2gpu-2proc.txt").splitlines(keepends=True)
+    del text[9]  # GPU 0's index line
+    report = parse_amd_smi("".join(text))
+    assert [g.index for g in report.gpus] == [0, 1]  # GPU 0 still exists through its process row
+    assert report.gpus[1].pci_bus == "0000:2b:00.0"
+    assert report.gpus[0].pci_bus is None
+    assert "line 9: GPU entry without its second line" in report.warnings
+
+
+# --------------------------------------------------------------------------- no GPU, redacted values
+
+
+def test_nic_only_list_is_amd_smi_output_with_no_gpu() -> None:
+    report = sample("list_text_nic-only_no-gpu.txt")
+    assert (report.format, report.gpus, report.processes, report.links) == ("text", (), (), ())
+    assert report.warnings == ("amd-smi output with no GPU: only other devices (AI_NIC)",)
+
+
+def test_nic_only_json_is_amd_smi_output_with_no_gpu() -> None:
+    report = sample("list_json_nic-only_no-gpu.json")
+    assert (report.format, report.gpus) == ("json", ())
+    assert report.warnings == ("amd-smi output with no GPU: only other devices (NIC)",)
+
+
+@pytest.mark.parametrize("text", ["AI_NIC: 0\n", "NOTE: 5\nsome text\n", "CPU: 0\nnot indented: 1\n"])
+def test_a_device_header_without_a_block_is_not_amd_smi_output(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_amd_smi(text)
+
+
+def test_redacted_serial_and_uuid_are_none() -> None:
+    report = sample("static_text_redacted-serial-uuid_1gpu.txt")
+    assert report.gpus == (SmiGpu(index=0, pci_bus="0000:5e:00.0", model="AMD Instinct MI300X", device_id="0x74a1"),)
+    assert report.warnings == ()
+
+
+def test_redacted_values_in_json_are_none_and_not_warnings() -> None:
+    doc = [{"gpu": 0, "bdf": "<REDACTED>", "uuid": "<redacted>", "asic": {"asic_serial": "[redacted]"}}]
+    report = parse_amd_smi(json.dumps(doc))
+    assert report.gpus == (SmiGpu(index=0),)
     assert report.warnings == ()

@@ -673,7 +673,14 @@ _BOX_USAGE = re.compile(
 _BOX_HEADER = re.compile(r"^(?:AMD-SMI\s+\S+|VBIOS version:|Platform:|AMDSMI Tool:)", re.IGNORECASE)
 
 
+# Unicode box drawing (a terminal or a renderer may redraw the ASCII box with it) read as the ASCII amd-smi prints.
+_BOX_ASCII = str.maketrans(
+    {**dict.fromkeys("│┃║", "|"), **dict.fromkeys("─━", "-"), "═": "=", **dict.fromkeys("┌┐└┘├┤┬┴┼╔╗╚╝╠╣╦╩╬╞╡╪", "+")}
+)
+
+
 def _is_box_line(content: str) -> bool:
+    content = content.translate(_BOX_ASCII)
     return content[:1] in ("|", "+") and (content[:2] in ("+-", "+=", "|=", "|-") or content.count("|") >= 2)
 
 
@@ -691,7 +698,7 @@ def _scan_box(lines: Sequence[str], i: int, out: _Builder) -> tuple[int, bool]:
     mode: str | None = None  # "gpus" or "processes"
     process_columns: list[str] = []
     while i < len(lines):
-        content = lines[i].strip()
+        content = lines[i].strip().translate(_BOX_ASCII)
         if not content or not _is_box_line(content):
             break
         number = i + 1
