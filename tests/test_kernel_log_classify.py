@@ -95,6 +95,11 @@ FORMAT_STRING_EXAMPLES: list[tuple[str, str | None]] = [
     ),
     ("amdgpu 0000:03:00.0: amdgpu: SMU is in hanged state, failed to send smu message!", "smu_error"),
     ("amdgpu: [powerplay] Failed to send message 0x26, response 0x0", "smu_error"),
+    (
+        "amdgpu 0000:03:00.0: amdgpu: message: GetMetricsTable (42) \tparam: 0x00000003 is timeout (no response)",
+        "smu_error",
+    ),
+    ("amdgpu 0000:03:00.0: amdgpu: Msg issuing pre-check failed and SMU may be not in the right state!", "smu_error"),
     ("amdgpu 0000:03:00.0: amdgpu: MES failed to respond to msg=REMOVE_QUEUE", "mes_error"),
     ("amdgpu 0000:03:00.0: amdgpu: MES might be in unrecoverable state, issue a GPU reset", "mes_error"),
     ("[drm:mes_v11_0_submit_pkt_and_poll_completion [amdgpu]] *ERROR* MES failed to response msg=14", "mes_error"),
@@ -555,3 +560,22 @@ def test_optional_ta_firmware_is_a_trap_but_other_firmware_counts() -> None:
     sos = "amdgpu 0000:03:00.0: Direct firmware load for amdgpu/vega20_sos.bin failed with error -2"
     match = match_message(RULES, sos)
     assert match.kind == "anchor" and match.rule is not None and match.rule.event_class == "fw_load_fail"
+
+
+def test_padded_lines_and_journal_continuations() -> None:
+    # Pastes padded with blanks to a fixed width; journalctl's indented continuation of a multi-line message
+    log = (
+        "[  3.000000] amdgpu 0000:03:00.0: amdgpu: MODE1 reset          \n"
+        "[  3.000001] gmc_v11_0_process_interrupt: 7 callbacks suppressed     \n"
+        "Jan 05 10:00:00 box kernel: amdgpu: [powerplay] \n"
+        "                             failed to send message 5a ret is 0 \n"
+        "Jan 05 10:00:01 box kernel: amdgpu: [powerplay] \n"
+        "                             last message was failed ret is 0\n"
+    )
+    report = kernel_log_report(log)
+    assert report["counts"] == {"0000:03:00.0": {"gpu_reset_method": 1, "smu_error": 1, "vm_fault_suppressed": 7}}
+    assert [(e["line"], e["class"]) for e in report["events"]] == [  # type: ignore[attr-defined]
+        (1, "gpu_reset_method"),
+        (2, "vm_fault_suppressed"),
+        (4, "smu_error"),
+    ]

@@ -250,7 +250,7 @@ class KernelLogLineParser:
             self.warnings.append(f"line {lineno}: {message}")
 
     def feed(self, line: str, lineno: int) -> list[KernelRecord]:
-        line = line.rstrip("\r\n")
+        line = line.rstrip()  # CRLF, and the blanks some pastes pad every line with
         if self._held is not None:
             d = _KMSG_DICT.match(line)
             if d is not None:
