@@ -22,7 +22,8 @@ relative symlinks, real character devices (``os.mknod``; the tests run as root) 
 - ``dev/kfd``, ``dev/dri/card*``, ``dev/dri/renderD*``: character devices with mode, uid and gid as a
   udev rule set would leave them; ``dev/dri/by-path/pci-<bdf>-{card,render}`` -> ``../<minor>``
   (``platform-<name>-...`` for platform devices).
-- ``legacy_drm``: what older kernels also had, ``class/drm/ttm`` and ``drm/controlD<64+N> -> card<N>``.
+- ``legacy_drm``: what older kernels also had, ``class/drm/<name>`` (``ttm``; ``amdttm`` from the amdgpu-pro
+  DKMS module) and ``drm/controlD<64+N> -> card<N>``.
 - ``etc/group``, ``etc/passwd``, ``proc/sys/kernel/random/boot_id``, and an empty ``var/lib/rocm-watchdog``
   to use as the state dir.
 
@@ -246,9 +247,9 @@ class FakeRoot:
     group_file: str | None = None  # verbatim etc/group; None: generated from ``gids``
     kfd_generation_id: str = "2\n"
     kfd_system_properties: str = "platform_oem 0\nplatform_id 0\nplatform_rev 0\n"
-    # what kernels before ~5.x also had: class/drm/ttm (a virtual device) and, in each card's drm/ directory,
-    # the compatibility link controlD<64+N> -> card<N>
-    legacy_drm: bool = False
+    # what kernels before ~5.x also had: class/drm/<legacy_drm> (the "ttm" virtual device, "amdttm" with the
+    # amdgpu-pro DKMS module) and, in each card's drm/ directory, the compatibility link controlD<64+N> -> card<N>
+    legacy_drm: str | None = None
 
     @property
     def sys(self) -> Path:
@@ -422,7 +423,7 @@ def build_root(
     gids: dict[str, int] | None = None,
     group_file: str | None = None,
     by_path: bool = True,
-    legacy_drm: bool = False,
+    legacy_drm: str | None = None,
     boot_id: str = "8f2d4c1e-6b3a-4f59-9d0e-2a7c5b1e3f40",
     kfd_generation_id: str = "2\n",
     kfd_system_properties: str | None = None,
@@ -750,11 +751,11 @@ def _build_sys(root: FakeRoot) -> None:
         if other.render is not None:
             _drm_minor(root, parent, f"renderD{other.render}", other.render)
 
-    if root.legacy_drm:
-        ttm = sys / "devices" / "virtual" / "drm" / "ttm"
+    if root.legacy_drm is not None:
+        ttm = sys / "devices" / "virtual" / "drm" / root.legacy_drm
         _write(ttm / "uevent", "")
         _link(ttm / "subsystem", sys / "class" / "drm")
-        _link(sys / "class" / "drm" / "ttm", ttm)
+        _link(sys / "class" / "drm" / root.legacy_drm, ttm)
         for name in os.listdir(sys / "class" / "drm"):
             m = re.match(r"^card([0-9]+)$", name)
             if m and int(m[1]) < 64:

@@ -296,7 +296,7 @@ def test_on_card_switch_ports_and_root_port_files(tmp_path: Path) -> None:
 def test_legacy_drm_entries(tmp_path: Path) -> None:
     """Older kernels: class/drm/ttm (a virtual device, radeon-profile#46) and controlD<64+N> -> card<N>
     inside the card's drm/ directory (lxd#4591)."""
-    root = build_root(tmp_path, _gpu_pair(), others=[FakeOther.bmc("0000:63:00.0", card=0)], legacy_drm=True)
+    root = build_root(tmp_path, _gpu_pair(), others=[FakeOther.bmc("0000:63:00.0", card=0)], legacy_drm="ttm")
     drm = root.sys / "class" / "drm"
     assert os.readlink(drm / "ttm") == "../../devices/virtual/drm/ttm"
     assert os.readlink(root.pci_dir("0000:03:00.0") / "drm" / "controlD65") == "card1"

@@ -705,7 +705,7 @@ def test_paste_old_kernel_ttm_entry_and_control_links(tmp_path: Path) -> None:
     canonical/lxd#4591 (a card's drm/ directory holds controlD64 -> card0): neither is a minor."""
     gpus = [FakeGpu("0000:0d:00.0", card=0, render=128, kfd_node=1, connectors=("DP-1", "DVI-D-1", "HDMI-A-1"))]
     plain = read_sysfs(build_root(tmp_path, gpus, name="plain").sys)
-    root = build_root(tmp_path, gpus, legacy_drm=True, name="legacy")
+    root = build_root(tmp_path, gpus, legacy_drm="ttm", name="legacy")
     assert os.readlink(root.pci_dir("0000:0d:00.0") / "drm" / "controlD64") == "card0"
     assert "ttm" in os.listdir(root.sys / "class" / "drm")
     snap = read_sysfs(root.sys)
@@ -761,3 +761,40 @@ def test_on_card_switch_slot_link_is_read_from_its_upstream_port(tmp_path: Path)
     assert (gpus_by["0000:03:00.0"].pcie_link_speed_gts, gpus_by["0000:03:00.0"].pcie_link_width) == (16.0, 8)
     # behind the CPU's root port only (vendor 0x1022): the GPU's own link
     assert (gpus_by["0000:83:00.0"].pcie_link_speed_gts, gpus_by["0000:83:00.0"].pcie_link_width) == (8.0, 16)
+
+
+def test_paste_twelve_gpu_rig_behind_riser_switches(tmp_path: Path) -> None:
+    """ethereum-mining/ethminer#2077 (`ls -l /sys/class/drm`, a 12-GPU rig whose sensors stopped at 7):
+    cards 0..11 behind two levels of riser switches (root ports 00:15.0/00:15.1), card10 and card11 beside
+    connectors numbered across the host (card10-HDMI-A-11), and the DKMS module's amdttm entry. `ls` sorts
+    card10 before card2; the rocm-smi rank must follow the card number."""
+    gpus = []
+    for n in range(12):
+        port, bus = ("0000:00:15.0", 0x02) if n < 6 else ("0000:00:15.1", 0x0B)
+        slot = n % 6 + 1
+        bdf = f"0000:{bus + 2 + slot:02x}:00.0"
+        path = f"pci0000:00/{port}/0000:{bus:02x}:00.0/0000:{bus + 1:02x}:{slot:02x}.0"
+        gpus.append(
+            FakeGpu(
+                bdf,
+                card=n,
+                render=128 + n,
+                kfd_node=1 + n,
+                unique_id=None,
+                device_id=0x67DF,
+                pci_class=0x030000,
+                pci_path=path,
+                connectors=(f"HDMI-A-{n + 1}",),
+            )
+        )
+    root = build_root(tmp_path, gpus, legacy_drm="amdttm")
+    drm = root.sys / "class" / "drm"
+    assert os.readlink(drm / "card10") == (
+        "../../devices/pci0000:00/0000:00:15.1/0000:0b:00.0/0000:0c:05.0/0000:12:00.0/drm/card10"
+    )
+    assert "card10-HDMI-A-11" in os.listdir(drm) and "amdttm" in os.listdir(drm)
+    snap = read_sysfs(root.sys)
+    assert snap.warnings == () and snap.other_drm == ()
+    assert len(snap.gpus) == 12
+    ranks = sorted((g.rocm_smi_index, g.card.name if g.card else None, g.hip_index) for g in snap.gpus)
+    assert ranks == [(n, f"card{n}", n) for n in range(12)]
