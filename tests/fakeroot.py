@@ -842,7 +842,9 @@ def capture_gpus(capture: str, *, first_card: int = 1, product_name: str = "AMD 
     ``card = first_card + (render - 128)`` (``first_card=1`` when a BMC holds card0). An MI300-class GPU
     (one with partitions) always has 7 ``amdgpu_xcp`` devices; the ones KFD does not list get the render
     minors of the gaps, and one whose card would pass 63 is not created (registration fails past 64
-    primary minors, which is what the 63-node MI300X capture shows).
+    primary minors on kernels without extended minors, which is what the 63-node MI300X capture shows;
+    newer kernels register it at card192 instead, as ROCm/k8s-device-plugin#157 shows: build that with
+    FakeXcp(card=192) by hand).
     """
     nodes_dir = _capture_nodes(capture)
     gpus: dict[tuple[int, int], FakeGpu] = {}
