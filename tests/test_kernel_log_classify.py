@@ -579,3 +579,35 @@ def test_padded_lines_and_journal_continuations() -> None:
         (2, "vm_fault_suppressed"),
         (4, "smu_error"),
     ]
+
+
+def test_one_mes_failure_and_one_kfd_eviction_count_once() -> None:
+    log = (
+        "[ 50.000000] amdgpu 0000:07:00.0: amdgpu: MES failed to respond to msg=SUSPEND\n"
+        "[ 50.000001] amdgpu 0000:07:00.0: amdgpu: failed to remove hardware queue from MES, doorbell=0x1000\n"
+        "[ 50.000002] amdgpu 0000:07:00.0: amdgpu: MES might be in unrecoverable state, issue a GPU reset\n"
+        "[ 50.000003] amdgpu 0000:07:00.0: amdgpu: Failed to evict queue 2\n"
+        "[ 50.000004] amdgpu 0000:07:00.0: amdgpu: Failed to evict process queues\n"
+        "[ 53.000000] amdgpu 0000:07:00.0: amdgpu: MES failed to respond to msg=REMOVE_QUEUE\n"
+    )
+    assert kernel_log_report(log)["counts"] == {"0000:07:00.0": {"kfd_evict_fail": 1, "mes_error": 2}}
+
+
+def test_dmesg_human_and_colour_output() -> None:
+    # dmesg -H: a minute stamp, then deltas; --color escapes copied from a terminal; a <pre><code> opening tag
+    log = (
+        "<pre><code>[Feb11 09:15] amdgpu 0000:07:00.0: amdgpu: GPU reset begin!\n"
+        "[  +0.000010] amdgpu 0000:07:00.0: amdgpu: MODE2 reset\n"
+        "\x1b[32m[  +0,250000]\x1b[0m \x1b[33mamdgpu 0000:07:00.0\x1b[0m: amdgpu: GPU reset succeeded, "
+        "trying to resume\n"
+        "[ +12.500000] [drm] VRAM is lost due to GPU reset!\n"
+        "</code></pre>\n"
+    )
+    parsed = parse_kernel_log_records(log)
+    assert parsed.format == "dmesg"
+    assert [r.monotonic_seconds for r in parsed.records] == [None] * 4
+    report = kernel_log_report(log)
+    assert report["counts"] == {
+        "0000:07:00.0": {"gpu_reset_asic_done": 1, "gpu_reset_begin": 1, "gpu_reset_method": 1, "vram_lost": 1}
+    }
+    assert report["warnings"] == ["line 5: not a kernel-log line: '</code></pre>'"]

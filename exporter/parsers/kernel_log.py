@@ -25,11 +25,15 @@ _KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<ts>\d+),(?P<flags>[^,;]*)(?:
 _KMSG_DICT = re.compile(r"^ (?P<key>[A-Z_][A-Z0-9_]*)=(?P<val>.*)$")
 
 # dmesg: optional raw "<N>" or decoded "kern  :err   : ", then "[ mono]" or "[wall]", optional caller "[  T609]".
+# dmesg -H / -e (what people paste from a terminal): "[Nov19 10:34]" (locale month) then "[  +0.000007]" deltas
+# ("+0,000007" in comma locales). Neither is the kernel's clock, so they give no timestamp.
 _DMESG = re.compile(
     r"^(?:<(?P<pri>\d+)>|(?P<fac>[a-z]+[0-7]?)\s*:(?P<lvl>[a-z]+)\s*: )?"
-    r"(?:\[\s*(?P<mono>\d+\.\d+)\]|\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\])?"
+    r"(?:\[\s*(?P<mono>\d+\.\d+)\]|\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
+    r"|\[(?P<human>\s*\+\d+[.,]\d+|[^\W\d_]{3}\d{1,2} \d\d:\d\d)\])?"
     r"(?: ?\[\s*[TC]\d+\])? ?(?P<msg>.*)$"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # dmesg --color, copied from a terminal
 _KERNEL_TS = r"(?:\[\s*(?P<mono>\d+\.\d+)\] ?)?"
 _IDENT = r"(?P<ident>[^\s:\[\]]+)(?:\[\d+\])?: "
 _JOURNAL_RFC3339 = re.compile(
@@ -49,11 +53,13 @@ FACILITY_NAMES = (
 )
 LEVEL_NAMES = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 
-# What people paste around a log: indentation (markdown code blocks), "> " quotes, box-drawing borders, the file
+# What people paste around a log: indentation (markdown code blocks), "> " quotes, box-drawing borders, HTML tags
+# opening the first line ("<pre><code>[ 1.0] ..."), the file
 # name grep puts before each match ("/var/log/syslog:", "kern.log.1:") and grep -n line numbers. Stripped (at most a
 # few times) only when what follows is a line of a format with a header.
 _PASTE_PREFIX = re.compile(
-    r"^(?:\s+|>+ ?|[\u2502|] ?|(?:\S*/)?[\w.-]*(?:log|syslog|messages)(?:\.\d+)?(?:\.gz)?:(?:\d+[:-])?|\d+[:-])"
+    r"^(?:\s+|>+ ?|[\u2502|] ?|(?:</?[A-Za-z][\w-]*[^<>]*>)+"
+    r"|(?:\S*/)?[\w.-]*(?:log|syslog|messages)(?:\.\d+)?(?:\.gz)?:(?:\d+[:-])?|\d+[:-])"
 )
 _PASTE_SUFFIX = re.compile(r"\s*[\u2502|]?\s*$")
 
@@ -124,7 +130,7 @@ def _with_dictionary(record: KernelRecord, pairs: Sequence[tuple[str, str]]) -> 
 
 
 def _dmesg_record(m: re.Match[str], lineno: int) -> KernelRecord | None:
-    if m["pri"] is None and m["fac"] is None and m["mono"] is None and m["wall"] is None:
+    if m["pri"] is None and m["fac"] is None and m["mono"] is None and m["wall"] is None and m["human"] is None:
         return None
     facility = level = None
     if m["pri"] is not None:
@@ -251,6 +257,8 @@ class KernelLogLineParser:
 
     def feed(self, line: str, lineno: int) -> list[KernelRecord]:
         line = line.rstrip()  # CRLF, and the blanks some pastes pad every line with
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
         if self._held is not None:
             d = _KMSG_DICT.match(line)
             if d is not None:
