@@ -17,7 +17,7 @@ from paths import FIXTURES
 
 from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
 from exporter.sources import SourceError
-from exporter.sources.sysfs import SysfsSource, read_sysfs
+from exporter.sources.sysfs import SysfsSource, other_kind, read_sysfs
 
 PROCFS_SYS = FIXTURES / "sysfs" / "procfs-drm-amdgpu" / "sys"
 
@@ -798,3 +798,24 @@ def test_paste_twelve_gpu_rig_behind_riser_switches(tmp_path: Path) -> None:
     assert len(snap.gpus) == 12
     ranks = sorted((g.rocm_smi_index, g.card.name if g.card else None, g.hip_index) for g in snap.gpus)
     assert ranks == [(n, f"card{n}", n) for n in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("driver", "parent", "kind"),
+    [
+        ("ast", "0000:63:00.0", "bmc"),
+        ("mgag200", "0000:03:00.0", "bmc"),
+        ("hibmc-drm", "0000:05:00.0", "bmc"),
+        ("i915", "0000:00:02.0", "igpu"),
+        ("xe", "0000:00:02.0", "igpu"),
+        ("simple-framebuffer", "simple-framebuffer.0", "firmware"),
+        ("efidrm", "efi-framebuffer.0", "firmware"),
+        (None, "vesa-framebuffer.0", "firmware"),  # driver link unreadable: the sysfb device name decides
+        ("virtio_gpu", "virtio0", "virtual"),
+        ("hyperv_drm", "5620e0c7-8062-4dce-aeb7-520c7ef76171", "virtual"),
+        ("nouveau", "0000:01:00.0", "other"),
+        (None, None, "other"),
+    ],
+)
+def test_other_kind(driver: str | None, parent: str | None, kind: str) -> None:
+    assert other_kind(driver, parent) == kind

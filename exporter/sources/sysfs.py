@@ -48,12 +48,16 @@ _KINDS = {
     "ast": "bmc",
     "mgag200": "bmc",
     "aspeed": "bmc",
+    "hibmc-drm": "bmc",
     "i915": "igpu",
     "xe": "igpu",
     "simpledrm": "firmware",
     "simple-framebuffer": "firmware",
     "efifb": "firmware",
     "vesafb": "firmware",
+    "efidrm": "firmware",
+    "vesadrm": "firmware",
+    "ofdrm": "firmware",
     "virtio_gpu": "virtual",
     "virtio-pci": "virtual",
     "vkms": "virtual",
@@ -61,7 +65,12 @@ _KINDS = {
     "qxl": "virtual",
     "vmwgfx": "virtual",
     "cirrus": "virtual",
+    "cirrus-qemu": "virtual",
+    "hyperv_drm": "virtual",
+    "vboxvideo": "virtual",
 }
+# platform devices the kernel's sysfb code creates for a boot framebuffer
+_FIRMWARE_PARENTS = ("simple-framebuffer", "simpledrm", "efi-framebuffer", "vesa-framebuffer", "platform-framebuffer")
 
 
 def other_kind(driver: str | None, parent: str | None) -> str:
@@ -70,7 +79,7 @@ def other_kind(driver: str | None, parent: str | None) -> str:
         if key is None:
             continue
         kind = _KINDS.get(key)
-        if kind is None and key.startswith(("simple-framebuffer", "simpledrm")):
+        if kind is None and key.startswith(_FIRMWARE_PARENTS):
             kind = "firmware"
         if kind is None and key.startswith("virtio"):
             kind = "virtual"
