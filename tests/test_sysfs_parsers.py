@@ -243,3 +243,39 @@ def test_parsers_raise_only_parse_error(text: str) -> None:
     ):
         with contextlib.suppress(ParseError):
             parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a connector (netdata#12616 shows the form): one key
+        ("DEVTYPE=drm_connector\n", {"DEVTYPE": "drm_connector"}),
+        # the ttm virtual device of older kernels (radeon-profile#46): an empty file
+        ("", {}),
+        # an amdgpu_xcp platform device (k8s-device-plugin#157): not bound, so no DRIVER
+        ("MODALIAS=platform:amdgpu_xcp\n", {"MODALIAS": "platform:amdgpu_xcp"}),
+        # a VGA-class function (level-zero#69 shows the form): PCI_CLASS in %X, colons inside values
+        (
+            "DRIVER=amdgpu\nPCI_CLASS=30000\nPCI_ID=1002:73BF\nPCI_SUBSYS_ID=1DA2:E438\nPCI_SLOT_NAME=0000:0b:00.0\n"
+            "MODALIAS=pci:v00001002d000073BFsv00001DA2sd0000E438bc03sc00i00\n",
+            {
+                "DRIVER": "amdgpu",
+                "PCI_CLASS": "30000",
+                "PCI_ID": "1002:73BF",
+                "PCI_SUBSYS_ID": "1DA2:E438",
+                "PCI_SLOT_NAME": "0000:0b:00.0",
+                "MODALIAS": "pci:v00001002d000073BFsv00001DA2sd0000E438bc03sc00i00",
+            },
+        ),
+        # kfd's char device
+        ("MAJOR=234\nMINOR=0\nDEVNAME=kfd\n", {"MAJOR": "234", "MINOR": "0", "DEVNAME": "kfd"}),
+    ],
+)
+def test_uevent_forms_seen_in_the_wild(text: str, expected: dict[str, str]) -> None:
+    assert p.parse_uevent(text) == expected
+
+
+def test_pci_class_file_is_a_hex_id() -> None:
+    # a bridge (class 0x060400) and a display controller, as the on-card switch walk reads them
+    assert p.parse_hex_id("0x060400\n") == "0x60400"
+    assert p.parse_hex_id("0x038000\n") == "0x38000"
