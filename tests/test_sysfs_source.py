@@ -819,3 +819,23 @@ def test_paste_twelve_gpu_rig_behind_riser_switches(tmp_path: Path) -> None:
 )
 def test_other_kind(driver: str | None, parent: str | None, kind: str) -> None:
     assert other_kind(driver, parent) == kind
+
+
+def test_paste_simpledrm_kept_beside_an_apu_and_another_vendor_dgpu(tmp_path: Path) -> None:
+    """pop-os/cosmic-epoch#535 (`ls -l /dev/dri` and drm-info): simpledrm still holds card0 next to two real
+    GPUs at card1/card2 with renderD128/129 (addresses here are illustrative). Only the amdgpu one is a GPU;
+    rocm-smi would count it first even though it is card1 or card2."""
+    others = [
+        FakeOther.simpledrm(card=0),
+        FakeOther(driver="nvidia", card=1, render=128, bdf="0000:01:00.0", connectors=("HDMI-A-1",)),
+    ]
+    gpu = FakeGpu("0000:05:00.0", card=2, render=129, kfd_node=1, device_id=0x1681, pci_class=0x030000)
+    snap = read_sysfs(build_root(tmp_path, [gpu], others=others, modes={"card": 0o660, "render": 0o660}).sys)
+    assert snap.warnings == ()
+    assert [(g.pci_bus, *_row(g), g.rocm_smi_index, g.hip_index) for g in snap.gpus] == [
+        ("0000:05:00.0", "card2", "renderD129", 1, 0, 0)
+    ]
+    assert [(o.name, o.kind, [m.name for m in o.minors]) for o in snap.other_drm] == [
+        ("card0", "firmware", ["card0"]),
+        ("card1", "other", ["card1", "renderD128"]),
+    ]
