@@ -19,6 +19,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class GpuView:
+    """One GPU as every source together knows it. ``driver`` is the driver version when a source knows it (the
+    tools' "Driver version", sysfs ``module/amdgpu/version`` of a DKMS build), else the driver name."""
+
     pci_bus: str
     card: str | None = None
     render_node: str | None = None
@@ -58,7 +61,7 @@ def canonical_unique_id(value: str | None) -> str | None:
     return hex(number) if number is not None else None
 
 
-def _from_sysfs(gpu: GpuIdentity) -> GpuView:
+def _from_sysfs(gpu: GpuIdentity, driver_version: str | None) -> GpuView:
     return GpuView(
         pci_bus=gpu.pci_bus,
         card=gpu.card.name if gpu.card else None,
@@ -69,7 +72,7 @@ def _from_sysfs(gpu: GpuIdentity) -> GpuView:
         model=gpu.model,
         device_id=gpu.device_id,
         vbios=gpu.vbios,
-        driver=gpu.driver,
+        driver=driver_version or gpu.driver,
         vram_total_bytes=gpu.vram_total_bytes,
         vram_used_bytes=gpu.vram_used_bytes,
         busy_ratio=gpu.busy_ratio,
@@ -98,7 +101,7 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
         model=view.model or smi.model,
         device_id=view.device_id or smi.device_id,
         vbios=view.vbios or smi.vbios,
-        driver=view.driver or smi.driver,
+        driver=smi.driver if smi.driver and view.driver in (None, "amdgpu") else view.driver,
         vram_total_bytes=_first(view.vram_total_bytes, smi.vram_total_bytes),
         vram_used_bytes=_first(view.vram_used_bytes, smi.vram_used_bytes),
         busy_ratio=view.busy_ratio,
@@ -115,7 +118,7 @@ def merge_gpus(sysfs: SysfsSnapshot | None, reports: Sequence[SmiReport]) -> tup
     views: dict[str, GpuView] = {}
     if sysfs is not None:
         for gpu in sysfs.gpus:
-            views[gpu.pci_bus] = _from_sysfs(gpu)
+            views[gpu.pci_bus] = _from_sysfs(gpu, sysfs.driver_version)
     for report in reports:
         for smi in report.gpus:
             bdf = normalize_bdf(smi.pci_bus)

@@ -839,3 +839,11 @@ def test_paste_simpledrm_kept_beside_an_apu_and_another_vendor_dgpu(tmp_path: Pa
         ("card0", "firmware", ["card0"]),
         ("card1", "other", ["card1", "renderD128"]),
     ]
+
+
+def test_driver_version_of_a_dkms_build(tmp_path: Path) -> None:
+    root = build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1)])
+    assert read_sysfs(root.sys).driver_version is None  # the in-kernel driver has no module version
+    (root.sys / "module" / "amdgpu").mkdir(parents=True, exist_ok=True)
+    (root.sys / "module" / "amdgpu" / "version").write_text("6.10.5\n")
+    assert read_sysfs(root.sys).driver_version == "6.10.5"

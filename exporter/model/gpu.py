@@ -104,3 +104,5 @@ class SysfsSnapshot:
     # amdgpu_xcp partition devices with DRM minors but no KFD node (the spare render nodes of SPX/DPX mode,
     # or every partition when KFD is not loaded): kind "amdgpu"; they are not GPUs and not foreign devices
     idle_partitions: tuple[OtherDrmDevice, ...] = ()
+    # module/amdgpu/version: set by out-of-tree (DKMS, ROCm "amdgpu-dkms") builds, absent for the in-kernel driver
+    driver_version: str | None = None

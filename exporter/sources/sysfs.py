@@ -510,6 +510,7 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
         kfd_dev=kfd_dev,
         warnings=tuple(reader.warnings),
         idle_partitions=tuple(idle),
+        driver_version=(reader.text(sysfs / "module" / "amdgpu" / "version") or "").strip() or None,
     )
 
 
