@@ -66,6 +66,9 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    # A client that connects and sends nothing (or stalls a TLS handshake) holds one thread, not the server.
+    timeout = 30
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http_request", request=format % args)
 
@@ -87,7 +90,9 @@ def serve(address: str, app: Callable[[Environ, StartResponse], Iterable[bytes]]
 
     server = make_server(host, port, app, server_class=Server, handler_class=_QuietHandler)
     if web.ssl_context is not None:
-        server.socket = web.ssl_context.wrap_socket(server.socket, server_side=True)
+        # The handshake happens on the first read, in the request's own thread: a client stalling it cannot
+        # block the accept loop for everyone else.
+        server.socket = web.ssl_context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -64,7 +65,11 @@ def test_tls(tmp_path: Path) -> None:
     web = load_web_config(cfg)
     server = serve("127.0.0.1:0", make_app(CollectorRegistry(), web, healthy), web)
     try:
-        r = requests.get(f"https://127.0.0.1:{server.server_port}/healthz", verify=str(tmp_path / "c.pem"), timeout=5)
+        # A client that connects and never starts the handshake must not hold up the others.
+        with socket.create_connection(("127.0.0.1", server.server_port)):
+            r = requests.get(
+                f"https://127.0.0.1:{server.server_port}/healthz", verify=str(tmp_path / "c.pem"), timeout=5
+            )
         assert r.status_code == 200 and r.text == "ok\n"
     finally:
         server.shutdown()

@@ -93,8 +93,9 @@ class RocmSmiSource:
         except ParseError as exc:
             raise SourceError(_describe_failure(result, "rocm-smi", f"unparsable output: {exc}")) from None
         missing = completeness(report)
-        if not report.gpus:
-            raise SourceError(_describe_failure(result, "rocm-smi", "no GPU in the output"))
+        if not any(g.pci_bus for g in report.gpus):
+            # Without a PCI address nothing can be keyed: as good as no output.
+            raise SourceError(_describe_failure(result, "rocm-smi", "no GPU with a PCI address in the output"))
         if missing:
             log.debug("partial_output", source=self.name, missing=missing)
         # rocm-smi logs its WARNING/ERROR lines to stderr: keep them with the report.
@@ -155,8 +156,9 @@ class AmdSmiSource:
         if not reports:
             raise SourceError("; ".join(problems))
         report = merge_amd_smi_reports(reports)
-        if not report.gpus:
-            raise SourceError("amd-smi: no GPU in the output" + (f" ({'; '.join(problems)})" if problems else ""))
+        if not any(g.pci_bus for g in report.gpus):
+            detail = f" ({'; '.join(problems)})" if problems else ""
+            raise SourceError("amd-smi: no GPU with a PCI address in the output" + detail)
         if problems:
             report = replace(report, warnings=report.warnings + tuple(problems))
         return report
