@@ -11,11 +11,10 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
@@ -23,6 +22,11 @@ import yaml
 from exporter import __version__
 from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
 from exporter.logging import configure, default_format
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+    from exporter.scheduler import Scheduler
 
 EXIT_BAD_CONFIG = 2
 
@@ -258,22 +262,29 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_runtime(config: Config) -> tuple[Any, Any, Any]:
-    """Store, scheduler and registry wired from the config; nothing runs yet."""
+def build_runtime(config: Config) -> tuple[Scheduler, CollectorRegistry]:
+    """Scheduler and registry wired from the config; nothing runs yet. ConfigError for bad rule files."""
     from exporter.metrics.collector import make_registry
     from exporter.scheduler import Scheduler
     from exporter.sources.registry import build_jobs
     from exporter.store import SnapshotStore
+    from exporter.watchdog.kernel_rules import KernelRulesError
 
     store = SnapshotStore()
-    jobs = build_jobs(config, store)
-    return store, Scheduler(store, jobs), make_registry(store, config)
+    try:
+        jobs = build_jobs(config, store)
+    except KernelRulesError as exc:
+        raise ConfigError([f"--kernel-log.rules: {exc}"]) from None
+    return Scheduler(store, jobs), make_registry(store, config)
 
 
 def cmd_once(config: Config, output: Path | None) -> int:
     from prometheus_client import generate_latest
 
-    _store, scheduler, registry = build_runtime(config)
+    try:
+        scheduler, registry = build_runtime(config)
+    except ConfigError as exc:
+        return _fail_config(exc.problems)
     try:
         scheduler.run_all_once()
     finally:
@@ -284,7 +295,10 @@ def cmd_once(config: Config, output: Path | None) -> int:
         return 0
     from exporter.statefile import write_atomic
 
-    write_atomic(output, text)
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        return _fail_config([f"--output {output}: {exc.strerror or exc}"])
     return 0
 
 
@@ -296,7 +310,10 @@ def cmd_serve(config: Config) -> int:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
     except WebConfigError as exc:
         return _fail_config([str(exc)])
-    _store, scheduler, registry = build_runtime(config)
+    try:
+        scheduler, registry = build_runtime(config)
+    except ConfigError as exc:
+        return _fail_config(exc.problems)
     stop = threading.Event()
 
     def healthy() -> tuple[bool, str]:
@@ -319,5 +336,4 @@ def cmd_serve(config: Config) -> int:
         pass
     scheduler.shutdown()
     server.shutdown()
-    time.sleep(0)
     return 0

@@ -72,3 +72,48 @@ def test_bad_config_exits_2_with_one_message() -> None:
     assert "invalid configuration" in proc.stderr
     assert "interval" in proc.stderr and "top-n" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_invalid_kernel_log_rules_stop_start_up_with_one_message(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text("version: 1\nrules:\n  - class: mine\n    severity: loud\n    anchors: ['(unclosed']\n")
+    for command in ("once", "serve"):
+        proc = run_cli(
+            command,
+            "--kernel-log.rules",
+            str(rules),
+            "--state.dir",
+            str(tmp_path / "state"),
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--no-collector.rocm-smi",
+            "--no-collector.amd-smi",
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "severity" in proc.stderr and "unclosed" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_once_output_that_cannot_be_written_exits_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_cli(
+        "once",
+        "--output",
+        str(blocker / "rocm.prom"),
+        "--state.dir",
+        str(tmp_path / "state"),
+        "--path.rootfs",
+        str(tmp_path),
+        "--no-collector.rocm-smi",
+        "--no-collector.amd-smi",
+        "--no-collector.kernel-log",
+    )
+    assert proc.returncode == 2
+    assert "--output" in proc.stderr and "Traceback" not in proc.stderr
