@@ -48,8 +48,11 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
         return False
     except Exception as exc:  # a bug in a source must not stop the others or the daemon
         bound = log.bind(source=source.name)
-        bound.exception("source_crashed")
-        _record_failure(store, source.name, f"internal error: {exc!r}", time.monotonic() - started, bound)
+        error = f"internal error: {exc!r}"
+        previous = store.view(time.time()).entries.get(source.name)
+        if previous is None or previous.health.last_error != error:  # the traceback once, not every interval
+            bound.exception("source_crashed")
+        _record_failure(store, source.name, error, time.monotonic() - started, bound)
         return False
     duration = time.monotonic() - started
     name = source.name

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import structlog
 from prometheus_client.core import Metric
 
 from exporter.config import Config
@@ -457,3 +458,27 @@ def test_real_dev_kmsg_source(tmp_path: Path) -> None:
     assert second.last_seq is not None and second.last_seq >= first.last_seq
     assert second.counts == first.counts  # nothing counted twice after a restart
     assert second.records_read == second.last_seq - first.last_seq
+
+
+def test_an_unwritable_state_dir_keeps_counting_and_says_so(host: Host, fifo: Fifo) -> None:
+    state_dir = host.root / "state"
+    state_dir.rmdir()
+    state_dir.write_text("a file where the state dir should be\n")  # every write below it fails
+    src = host.source()
+    with structlog.testing.capture_logs() as logs:
+        src.collect()
+        fifo.write(reset_begin(1, A))
+        first = src.collect()
+        fifo.write(reset_begin(2, A))
+        second = src.collect()
+    assert counts(second) == {(A, "gpu_reset_begin"): 2}  # counting goes on from memory
+    assert first.cursor_unsaved and second.cursor_unsaved
+    assert [e["event"] for e in logs].count("state_write_failed") == 1  # said once, not every interval
+    state_dir.unlink()
+    state_dir.mkdir()
+    with structlog.testing.capture_logs() as logs:
+        fifo.write(reset_begin(3, A))
+        third = src.collect()
+    assert not third.cursor_unsaved and host.cursor.exists()
+    assert [e["event"] for e in logs] == ["state_write_recovered"]
+    src.close()

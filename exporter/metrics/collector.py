@@ -16,7 +16,7 @@ from exporter.config import Config
 from exporter.inventory import GpuView, merge_gpus, merge_links
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
-from exporter.metrics.health import health_families, state_file_family
+from exporter.metrics.health import health_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.model.devices import DeviceWatchState
 from exporter.model.gpu import SysfsSnapshot
@@ -90,8 +90,10 @@ class RocmCollector(Collector):
         devices = view.fresh_data("devices")
         yield from device_families(devices if isinstance(devices, DeviceWatchState) else None)
         corrupt: dict[str, bool] = {}
+        unsaved: dict[str, bool] = {}
         if isinstance(devices, DeviceWatchState):
             corrupt[BASELINE_FILE] = devices.baseline_corrupt is not None
+            unsaved[BASELINE_FILE] = devices.baseline_unsaved
         # Kernel-log counters are cumulative counts of what was read: they stay exported when the reader
         # fails (its health series say so), so increase() keeps working across a reader outage.
         entry = view.entries.get("kernel-log")
@@ -100,8 +102,9 @@ class RocmCollector(Collector):
             yield from kernel_families(kernel, known_gpus(view))
         if kernel is not None:
             corrupt[CURSOR_FILE] = kernel.cursor_corrupt
+            unsaved[CURSOR_FILE] = kernel.cursor_unsaved
         if corrupt:
-            yield state_file_family(corrupt)
+            yield from state_file_families(corrupt, unsaved)
         yield from health_families(view)
 
 

@@ -35,9 +35,10 @@ def health_families(view: StoreView) -> Iterator[Metric]:
     yield build
 
 
-def state_file_family(corrupt: Mapping[str, bool]) -> Metric:
-    """One family for every state file (baseline, kernel-log cursor): 1 when it was unreadable and moved aside."""
-    family = new_family(names.STATE_FILE_CORRUPT)
-    for file in sorted(corrupt):
-        family.add_metric([file], 1 if corrupt[file] else 0)
-    return family
+def state_file_families(corrupt: Mapping[str, bool], unsaved: Mapping[str, bool]) -> Iterator[Metric]:
+    """One family each for every state file (baseline, kernel-log cursor): unreadable and kept aside; unsaved."""
+    for spec, flags in ((names.STATE_FILE_CORRUPT, corrupt), (names.STATE_FILE_UNSAVED, unsaved)):
+        family = new_family(spec)
+        for file in sorted(flags):
+            family.add_metric([file], 1 if flags[file] else 0)
+        yield family

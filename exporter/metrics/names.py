@@ -129,6 +129,11 @@ SOURCE_STALE = Spec(
     ("source",),
 )
 BUILD_INFO = Spec("rocm_watchdog_build_info", "Build information, 1", ("version",))
+STATE_FILE_UNSAVED = Spec(
+    "rocm_watchdog_state_file_unsaved",
+    "1 when the last write of a state file failed: its state lives in memory only until a write succeeds",
+    ("file",),
+)
 STATE_FILE_CORRUPT = Spec(
     "rocm_watchdog_state_file_corrupt",
     "1 when a state file could not be read and was moved aside",

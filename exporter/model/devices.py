@@ -214,6 +214,7 @@ class DeviceWatchState:
     collected_at: float
     baseline_corrupt: StateFileProblem | None = None  # no usable baseline until ``baseline accept``
     baseline_created: bool = False  # this collection wrote the first baseline
+    baseline_unsaved: bool = False  # the baseline lives in memory only: the state dir refused the write
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)

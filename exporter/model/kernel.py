@@ -147,4 +147,5 @@ class KernelLogState:
     last_seq: int | None = None
     source_kind: str = ""  # "kmsg", "fifo" or "file"
     cursor_corrupt: bool = False  # the persisted cursor could not be read and was moved aside
+    cursor_unsaved: bool = False  # the last cursor write failed: counting goes on, exactly-once across a restart not
     warnings: tuple[str, ...] = ()  # the most recent problems (bounded)

@@ -388,6 +388,7 @@ class DevicesSource:
             collected_at=now,
             baseline_corrupt=problem,
             baseline_created=created,
+            baseline_unsaved=self._unsaved is not None and baseline is self._unsaved,
         )
 
     def _auto_accept(

@@ -13,7 +13,6 @@ is lost or corrupt (a corrupt file is moved aside and reported in the state).
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import stat
@@ -24,6 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
+import structlog
+
 from exporter.config import Config
 from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
@@ -32,6 +33,8 @@ from exporter.sources import SourceError
 from exporter.statefile import write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
+
+log = structlog.get_logger("kernel-log")
 
 KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
 MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the next call
@@ -348,6 +351,7 @@ class KernelLogSource:
         self._boot_id: str | None = None
         self._loaded = False
         self._cursor_corrupt = False
+        self._unsaved_error: str | None = None
         self._overrun_pending = False
         self._records_read = 0
         self._records_ignored = 0
@@ -369,7 +373,7 @@ class KernelLogSource:
     def _load_cursor(self) -> None:
         try:
             text = self.cursor_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no cursor yet, or no state dir: counting starts anew
             return
         except OSError as exc:
             raise SourceError(f"cannot read the kernel-log cursor {self.cursor_path}: {exc.strerror}") from exc
@@ -409,7 +413,8 @@ class KernelLogSource:
             self._reader, self._kind = StreamReader(FdReader(fd), None), "fifo"
 
     def _start(self) -> None:
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # an unusable state dir shows when the cursor is written
+            self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self._load_cursor()
         self._boot_id = self._read_boot_id()
         if self._cursor.boot_id != self._boot_id:
@@ -516,9 +521,16 @@ class KernelLogSource:
         try:
             write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
         except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
-                raise SourceError(f"cannot persist the kernel-log cursor in {self.config.state_dir}: {exc}") from exc
-            raise
+            # Counting goes on from memory; only exactly-once across a restart is lost. Said once, then again
+            # when it recovers, and in rocm_watchdog_state_file_unsaved.
+            error = f"{exc.strerror or exc}"
+            if self._unsaved_error != error:
+                log.error("state_write_failed", file=CURSOR_FILE, path=str(self.cursor_path), error=error)
+            self._unsaved_error = error
+            return
+        if self._unsaved_error is not None:
+            log.info("state_write_recovered", file=CURSOR_FILE, path=str(self.cursor_path))
+        self._unsaved_error = None
         self._dirty = False
 
     def state(self) -> KernelLogState:
@@ -534,6 +546,7 @@ class KernelLogSource:
             last_seq=cur.last_seq,
             source_kind=self._kind,
             cursor_corrupt=self._cursor_corrupt,
+            cursor_unsaved=self._unsaved_error is not None,
             warnings=tuple(self._warnings),
         )
 
