@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.metrics.names import Spec
 
@@ -14,8 +14,6 @@ def new_family(spec: Spec) -> Family:
     if spec.kind == "counter":
         # client_python appends _total itself.
         return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
-    if spec.kind == "info":
-        raise ValueError("info metrics are exposed as gauges named *_info with value 1")
     return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
 
 
@@ -24,4 +22,4 @@ def label(value: object) -> str:
     return "" if value is None else str(value)
 
 
-__all__ = ["Family", "InfoMetricFamily", "label", "new_family"]
+__all__ = ["Family", "label", "new_family"]

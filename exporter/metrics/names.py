@@ -9,16 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-NAMESPACE = "rocm"
-SELF = "rocm_watchdog"
-
 
 @dataclass(frozen=True, slots=True)
 class Spec:
     name: str
     help: str
     labels: tuple[str, ...] = ()
-    kind: Literal["gauge", "counter", "info"] = "gauge"
+    kind: Literal["gauge", "counter"] = "gauge"
 
 
 CACHED = " (cached: read from the last successful run of its source)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -383,12 +383,6 @@ def parse_kernel_log_records(text: str) -> KernelLogParse:
     if not records and parser.lines_unparsed:
         raise ParseError("not a kernel log in any known format (kmsg, dmesg, journal)", 1)
     return KernelLogParse(parser.format, tuple(records), tuple(parser.warnings))
-
-
-def iter_kmsg_records(chunks: Iterable[str]) -> Iterator[KernelRecord]:
-    """Records of successive ``/dev/kmsg`` reads (one record per read); ``line`` is the read's ordinal."""
-    for n, chunk in enumerate(chunks, 1):
-        yield parse_kmsg_record(chunk, n)
 
 
 @dataclass(frozen=True, slots=True)

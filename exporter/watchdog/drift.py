@@ -24,7 +24,7 @@ from exporter.model.devices import (
     Severity,
     WatchEvent,
 )
-from exporter.model.gpu import GpuIdentity, SysfsSnapshot
+from exporter.model.gpu import SysfsSnapshot
 
 EVENT_CONDITION_STARTED = "device_condition_started"
 EVENT_CONDITION_CLEARED = "device_condition_cleared"
@@ -493,12 +493,3 @@ def evaluate(
     _policy_checks(c, devices)
     _by_path_checks(c, devices)
     return _transitions(c.found, previous, now)
-
-
-def gpu_label(gpu: GpuIdentity) -> str:
-    parts = [gpu.pci_bus]
-    if gpu.card:
-        parts.append(gpu.card.name)
-    if gpu.render:
-        parts.append(gpu.render.name)
-    return " ".join(parts)
