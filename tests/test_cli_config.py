@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from exporter.cli import ConfigError, build_config, build_parser
 
@@ -117,3 +119,20 @@ def test_once_output_that_cannot_be_written_exits_2(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "--output" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_shipped_deployments_use_flags_the_cli_accepts() -> None:
+    project = Path(__file__).resolve().parents[1]
+    docs = list(yaml.safe_load_all((project / "deploy" / "kubernetes" / "daemonset.yaml").read_text()))
+    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    c = build_config(build_parser().parse_args(container["args"]))
+    assert c.rootfs == Path("/host") and c.sysfs == Path("/host/sys") and c.devfs == Path("/host/dev")
+    assert not c.collectors["amd-smi"]
+    unit = (project / "deploy" / "rocm-watchdog.service").read_text()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    args = exec_start.split()[1:]
+    assert build_config(build_parser().parse_args(args)).state_dir == Path("/var/lib/rocm-watchdog")
+    dockerfile = (project / "Dockerfile").read_text()
+    cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
+    assert build_config(build_parser().parse_args(cmd)).rootfs == Path("/host")
