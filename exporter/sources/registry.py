@@ -12,12 +12,12 @@ from exporter.store import SnapshotStore
 
 
 def _smi_jobs(config: Config) -> Iterator[Scheduled]:
-    from exporter.sources.smi import AmdSmiSource, AutoSmiSource, RocmSmiSource
+    from exporter.sources.smi import AMD_SMI_PROBED, AmdSmiSource, AutoSmiSource, RocmSmiSource
 
     amd, rocm = config.enabled("amd-smi"), config.enabled("rocm-smi")
     timeout = config.smi_timeout_seconds
-    # amd-smi runs four subcommands one after the other, each with the timeout.
-    amd_timeout = 4 * timeout
+    # amd-smi runs up to one invocation per probed subcommand, one after the other, each with the timeout.
+    amd_timeout = len(AMD_SMI_PROBED) * timeout
     backend = config.smi_backend
     if backend == "auto" and amd and rocm:
         interval = max(config.intervals_seconds["amd-smi"], config.intervals_seconds["rocm-smi"])
