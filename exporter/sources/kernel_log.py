@@ -381,9 +381,14 @@ class KernelLogSource:
             self._cursor = parse_cursor(text)
         except CursorError as exc:
             aside = self.cursor_path.with_name(f"{CURSOR_FILE}.corrupt-{int(self._wall())}")
-            os.replace(self.cursor_path, aside)
+            try:
+                os.replace(self.cursor_path, aside)
+                where = f"moved to {aside}"
+            except OSError as move_error:  # a read-only state dir: count anew from memory all the same
+                where = f"left in place, it could not be moved aside ({move_error.strerror or move_error})"
             self._cursor_corrupt = True
-            self._warn(f"kernel-log cursor {self.cursor_path} is corrupt ({exc}); moved to {aside}, counting anew")
+            self._warn(f"kernel-log cursor {self.cursor_path} is corrupt ({exc}); {where}, counting anew")
+            log.error("state_file_corrupt", file=CURSOR_FILE, path=str(self.cursor_path), reason=str(exc), where=where)
             self._cursor = _Cursor()
 
     def _open(self) -> None:

@@ -274,6 +274,8 @@ class BaselineStore:
         """
         try:
             raw = self.path.read_bytes()
+        except NotADirectoryError:  # the state dir is not a directory: no baseline, and writes will say why
+            return None, None
         except FileNotFoundError:
             kept = self.corrupt_files()
             if kept:
@@ -288,7 +290,10 @@ class BaselineStore:
             reason = f"unreadable baseline: {e}"
         moved: str | None = None
         if move_corrupt:
-            moved = str(self._move_aside())
+            try:
+                moved = str(self._move_aside())
+            except OSError as e:  # a read-only state dir: report it where it is, keep going without a baseline
+                reason += f"; could not move it aside: {e.strerror or e}"
         log.error(EVENT_STATE_FILE_CORRUPT, file=BASELINE_FILE, path=str(self.path), moved_to=moved, reason=reason)
         return None, StateFileProblem(BASELINE_FILE, moved, reason)
 
