@@ -334,6 +334,9 @@ def cmd_serve(config: Config) -> int:
     signal.signal(signal.SIGINT, on_signal)
     while not stop.wait(1.0):
         pass
+    from exporter.sources.runner import stop_all
+
+    stop_all()
     scheduler.shutdown()
     server.shutdown()
     return 0

@@ -114,7 +114,7 @@ class Scheduler:
 
     def shutdown(self) -> None:
         if self._scheduler is not None:
-            # Do not wait: a job stuck on a tool is bounded by the runner's timeout and killed with it.
+            # Do not wait for a job stuck on a tool: the daemon kills the tools first (runner.stop_all).
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         for job in self._jobs:

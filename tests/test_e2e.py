@@ -253,3 +253,29 @@ def test_real_prometheus_scrapes_the_exporter(daemon: Daemon, tmp_path: Path) ->
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_sigterm_does_not_wait_for_a_hung_tool(tmp_path: Path) -> None:
+    root = build_root(tmp_path, [FakeGpu(MI100_BDFS[0], card=1, render=128, kfd_node=1)])
+    (root.root / "kern.log").write_text("")
+    tools = tmp_path / "bin"
+    stub = rocm_smi_stub(tools, MI100)
+    stub.set("--showmeminfo", sleep=300)  # the query hangs; its timeout is 120 s
+    proc = start_daemon(root, tools, "--smi.backend", "rocm-smi", "--smi.timeout", "120s")
+    try:
+        bound_port(proc)
+        deadline = time.monotonic() + 60
+        while not any(c.startswith("--showmeminfo") for c in stub.calls()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(c.startswith("--showmeminfo") for c in stub.calls()), "the query never started"
+        proc.terminate()
+        # The hung tool is killed with its process group: the daemon exits long before the 120 s timeout
+        # (a Kubernetes pod gets 30 s between SIGTERM and SIGKILL).
+        assert proc.wait(timeout=25) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()

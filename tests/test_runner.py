@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,3 +71,30 @@ def test_never_a_shell(tmp_path: Path) -> None:
     result = run(["echo", f"; touch {marker}"], 5)
     assert result.stdout.strip() == f"; touch {marker}"
     assert not marker.exists()
+
+
+def test_stop_all_kills_running_tools_and_starts_no_more() -> None:
+    # In a child interpreter: stop_all is for the end of a process and stays in force.
+    code = (
+        "import threading, time\n"
+        "from exporter.sources import runner\n"
+        "out = {}\n"
+        "t = threading.Thread(target=lambda: out.update(r=runner.run(['sleep', '300'], 120)))\n"
+        "t.start()\n"
+        "while not runner._running: time.sleep(0.01)\n"
+        "runner.stop_all()\n"
+        "t.join(30)\n"
+        "assert not t.is_alive(), 'run() did not return after stop_all'\n"
+        "assert out['r'].returncode != 0 and out['r'].duration_seconds < 100, out\n"
+        "late = runner.run(['true'], 5)\n"
+        "assert late.error and 'shutting down' in late.error, late\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert proc.stdout.strip() == "ok", proc.stderr

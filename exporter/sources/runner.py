@@ -12,11 +12,17 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+# Processes running now, so a shutdown can end them instead of waiting out their timeouts.
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
+_stopping = threading.Event()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,8 @@ def run(
     """Run ``argv`` and return what happened; never raises for a failing or hanging program."""
     args = tuple(argv)
     start = time.monotonic()
+    if _stopping.is_set():
+        return CommandResult(args, None, "", "", 0.0, error="not started: the exporter is shutting down")
     try:
         proc = subprocess.Popen(
             args,
@@ -62,6 +70,35 @@ def run(
     except OSError as exc:
         return CommandResult(args, None, "", "", time.monotonic() - start, error=f"{exc.strerror or exc}: {args[0]}")
 
+    assert proc.stdout is not None and proc.stderr is not None
+    with _running_lock:
+        _running.add(proc)
+        stopping = _stopping.is_set()
+    if stopping:  # stop_all ran between the check above and the start: end this one too
+        _kill_group(proc)
+    try:
+        return _collect(proc, args, start, timeout_seconds, max_bytes)
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+
+
+def stop_all() -> None:
+    """Kill every running tool (whole process groups) and start no new one, for the rest of this process.
+
+    For a daemon's shutdown: a job stuck on a hung tool would otherwise hold the interpreter's exit for the
+    rest of its timeout, and an amd-smi job would go on to its next subcommand.
+    """
+    _stopping.set()
+    with _running_lock:
+        running = list(_running)
+    for proc in running:
+        _kill_group(proc)
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], args: tuple[str, ...], start: float, timeout_seconds: float, max_bytes: int
+) -> CommandResult:
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
