@@ -141,3 +141,24 @@ def merge_links(reports: Sequence[SmiReport]) -> tuple[LinkView, ...]:
             for x, y in ((a, b), (b, a)):
                 links.setdefault((x, y), LinkView(x, y, link.type, link.weight, link.hops))
     return tuple(links[k] for k in sorted(links))
+
+
+def tool_processes(reports: Sequence[SmiReport]) -> dict[int, tuple[str | None, int | None]]:
+    """{pid: (name, VRAM bytes)} from the tools' process lists, in precedence order.
+
+    Each pid is taken from the first tool that lists it (two tools listing one process must not double it);
+    its VRAM is summed over the GPUs that tool lists it on (amd-smi and ``rocm-smi --showpids details`` give
+    one entry per GPU), None when the tool printed no figure.
+    """
+    merged: dict[int, tuple[str | None, int | None]] = {}
+    for report in reports:
+        mine: dict[int, tuple[str | None, int | None]] = {}
+        for p in report.processes:
+            if p.pid in merged:
+                continue
+            name, vram = mine.get(p.pid, (None, None))
+            if p.vram_used_bytes is not None:
+                vram = (vram or 0) + p.vram_used_bytes
+            mine[p.pid] = (name or p.name, vram)
+        merged.update(mine)
+    return merged

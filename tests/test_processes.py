@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Config
+from exporter.inventory import tool_processes
 from exporter.metrics.gpu import process_families
 from exporter.model.processes import ProcessInfo
-from exporter.model.smi import SmiProcess
+from exporter.model.smi import SmiProcess, SmiReport
 from exporter.parsers.host import parse_cgroup
 from exporter.sources import SourceError
 from exporter.sources.processes import ProcessesSource
@@ -71,7 +72,7 @@ def test_processes_from_kfd_sysfs_and_tools(tmp_path: Path) -> None:
         SmiProcess(pid=5151, name="tool-name", gpu=1, vram_used_bytes=200),
         SmiProcess(pid=4242, name="ignored-tool-name", vram_used_bytes=1),
     ]
-    snapshot = ProcessesSource(config, lambda: tool).collect()
+    snapshot = ProcessesSource(config, lambda: [SmiReport("amd-smi", "json", processes=tuple(tool))]).collect()
     by_pid = {p.pid: p for p in snapshot.processes}
     assert set(by_pid) == {4242, 5151}
     p = by_pid[4242]
@@ -86,7 +87,9 @@ def test_processes_from_kfd_sysfs_and_tools(tmp_path: Path) -> None:
 
 def test_own_process_gets_a_user_name_from_the_hosts_passwd(tmp_path: Path) -> None:
     config = replace(fake_host(tmp_path), procfs=Path("/proc"))
-    snapshot = ProcessesSource(config, lambda: [SmiProcess(pid=os.getpid(), name="x")]).collect()
+    snapshot = ProcessesSource(
+        config, lambda: [SmiReport("rocm-smi", "json", processes=(SmiProcess(os.getpid()),))]
+    ).collect()
     me = next(p for p in snapshot.processes if p.pid == os.getpid())
     expected = "root" if os.getuid() == 0 else str(os.getuid())
     assert me.user == expected
@@ -105,3 +108,21 @@ def test_top_n_keeps_the_largest_and_counts_all() -> None:
     total, vram = list(process_families(processes, top_n=3))
     assert total.samples[0].value == 31
     assert [s.labels["pid"] for s in vram.samples] == ["30", "29", "28"]
+
+
+def test_two_tools_listing_one_process_do_not_double_its_vram() -> None:
+    gib = 1 << 30
+    amd = SmiReport(
+        "amd-smi",
+        "json",
+        processes=(
+            SmiProcess(42, "python3", gpu=0, vram_used_bytes=gib),
+            SmiProcess(42, "python3", gpu=1, vram_used_bytes=gib),
+        ),
+    )
+    rocm = SmiReport(
+        "rocm-smi",
+        "json",
+        processes=(SmiProcess(42, "python3", vram_used_bytes=2 * gib), SmiProcess(7, "other", vram_used_bytes=None)),
+    )
+    assert tool_processes([amd, rocm]) == {42: ("python3", 2 * gib), 7: ("other", None)}

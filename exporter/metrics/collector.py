@@ -13,7 +13,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.config import Config
-from exporter.inventory import GpuView, merge_gpus, merge_links
+from exporter.inventory import GpuView, merge_gpus, merge_links, tool_processes
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
 from exporter.metrics.health import health_families, state_file_families
@@ -62,15 +62,11 @@ def _processes(view: StoreView) -> list[ProcessInfo] | None:
     reports = smi_reports(view)
     if not reports:
         return None
-    # Without the processes source, fall back to the tool's own list (no enrichment), one per PID.
-    merged: dict[int, ProcessInfo] = {}
-    for report in reports:
-        for p in report.processes:
-            if p.pid in merged:
-                continue
-            vram = [q.vram_used_bytes for q in report.processes if q.pid == p.pid and q.vram_used_bytes is not None]
-            merged[p.pid] = ProcessInfo(pid=p.pid, name=p.name, vram_used_bytes=sum(vram) if vram else None)
-    return [merged[pid] for pid in sorted(merged)]
+    # Without the processes source, fall back to the tools' own lists (no enrichment).
+    return [
+        ProcessInfo(pid=pid, name=name, vram_used_bytes=vram)
+        for pid, (name, vram) in sorted(tool_processes(reports).items())
+    ]
 
 
 class RocmCollector(Collector):

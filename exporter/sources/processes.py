@@ -10,14 +10,15 @@ hold secrets.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
 from exporter.config import Config
+from exporter.inventory import tool_processes
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
-from exporter.model.smi import SmiProcess
+from exporter.model.smi import SmiReport
 from exporter.parsers.common import parse_int
 from exporter.parsers.host import parse_cgroup, parse_passwd_file
 from exporter.sources import SourceError
@@ -61,32 +62,21 @@ def read_kfd_processes(sysfs: Path) -> dict[int, tuple[int | None, tuple[int, ..
     return found
 
 
-def merge_smi_processes(processes: Iterable[SmiProcess]) -> dict[int, tuple[str | None, int | None]]:
-    """{pid: (tool's name, VRAM bytes summed over the GPUs the tool lists it on)}."""
-    merged: dict[int, tuple[str | None, int | None]] = {}
-    for p in processes:
-        name, vram = merged.get(p.pid, (None, None))
-        if p.vram_used_bytes is not None:
-            vram = (vram or 0) + p.vram_used_bytes
-        merged[p.pid] = (name or p.name, vram)
-    return merged
-
-
 class ProcessesSource:
     name = "processes"
 
-    def __init__(self, config: Config, smi_processes: Callable[[], Iterable[SmiProcess]]) -> None:
+    def __init__(self, config: Config, smi_reports: Callable[[], Sequence[SmiReport]]) -> None:
         self._sysfs = config.sysfs
         self._procfs = config.procfs
         self._passwd = config.rootfs / "etc" / "passwd"
-        self._smi_processes = smi_processes
+        self._smi_reports = smi_reports
         psutil.PROCFS_PATH = str(config.procfs)
 
     def collect(self) -> ProcessSnapshot:
         if not self._procfs.is_dir():
             raise SourceError(f"procfs not found at {self._procfs}")
         kfd = read_kfd_processes(self._sysfs)
-        smi = merge_smi_processes(self._smi_processes())
+        smi = tool_processes(self._smi_reports())
         users, _ = parse_passwd_file(_read(self._passwd) or "")
         infos = []
         for pid in sorted(set(kfd) | set(smi)):

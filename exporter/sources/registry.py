@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 from exporter.config import Config
-from exporter.model.smi import SmiProcess, SmiReport
+from exporter.model.smi import SmiReport
 from exporter.scheduler import Scheduled
 from exporter.store import SnapshotStore
 
@@ -41,18 +41,13 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
 
         jobs.append(Scheduled(DevicesSource(config), interval["devices"]))
     if config.enabled("processes"):
+        from exporter.metrics.collector import smi_reports
         from exporter.sources.processes import ProcessesSource
 
-        def smi_processes() -> list[SmiProcess]:
-            view = store.view(time.time())
-            return [
-                p
-                for name in ("amd-smi", "rocm-smi")
-                if isinstance(r := view.fresh_data(name), SmiReport)
-                for p in r.processes
-            ]
+        def reports() -> list[SmiReport]:
+            return smi_reports(store.view(time.time()))
 
-        jobs.append(Scheduled(ProcessesSource(config, smi_processes), interval["processes"]))
+        jobs.append(Scheduled(ProcessesSource(config, reports), interval["processes"]))
     if config.enabled("kernel-log"):
         from exporter.metrics.collector import known_gpus
         from exporter.sources.kernel_log import KernelLogSource
