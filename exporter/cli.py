@@ -44,6 +44,19 @@ def _path(value: Any) -> Path:
     return Path(str(value))
 
 
+def _count(value: Any) -> int:
+    """A whole number, as a flag string or a YAML integer; 1.9 or "2x" is an error, not a silent 1."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
+        raise ValueError(f"expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
@@ -58,8 +71,11 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "smi.backend": ("smi_backend", str),
     "smi.timeout": ("smi_timeout_seconds", parse_duration),
     "state.dir": ("state_dir", _path),
-    "processes.top-n": ("top_processes", int),
-    "baseline.auto-accept-boots": ("baseline_auto_accept_boots", int),
+    "processes.top-n": ("top_processes", _count),
+    "baseline.auto-accept-boots": ("baseline_auto_accept_boots", _count),
+    # command options, which a config file may set too
+    "output": ("once_output", _path),
+    "json": ("check_json", _flag),
     "log.level": ("log_level", str),
     "log.format": ("log_format", str),
 }
@@ -119,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
     check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
     _add_config_flags(check)
-    check.add_argument("--json", action="store_true", help="machine-readable report")
+    check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
     parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
     parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log"))
     parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin")
@@ -134,6 +150,7 @@ def build_config(args: argparse.Namespace) -> Config:
     """Flags over the YAML file over defaults; every problem is collected into one ConfigError."""
     problems: list[str] = []
     values: dict[str, Any] = {}
+    from_file: set[str] = set()
     file_name = getattr(args, "config.file", None)
     if file_name:
         try:
@@ -141,16 +158,21 @@ def build_config(args: argparse.Namespace) -> Config:
             if not isinstance(loaded, dict):
                 raise ValueError("expected a mapping of flag names to values")
             values.update({str(k).removeprefix("--"): v for k, v in loaded.items()})
+            from_file = set(values)
         except (OSError, yaml.YAMLError, ValueError) as exc:
             problems.append(f"--config.file {file_name}: {exc}")
     for key, value in vars(args).items():
         if value is not None and key not in ("command", "config.file"):
             values[key] = value
 
-    known = set(_SCALAR_FLAGS) | {"output", "json", "kind", "file", "action"}
-    known |= {f"collector.{s}" for s in SOURCE_NAMES} | {f"collector.{s}.interval" for s in SOURCE_NAMES}
-    for key in sorted(set(values) - known):
-        problems.append(f"unknown setting {key!r}")
+    # The command line only carries what its parser knows; the file may say anything.
+    known = (
+        set(_SCALAR_FLAGS)
+        | {f"collector.{s}" for s in SOURCE_NAMES}
+        | {f"collector.{s}.interval" for s in SOURCE_NAMES}
+    )
+    for key in sorted(from_file - known):
+        problems.append(f"--config.file {file_name}: unknown setting {key!r}")
 
     fields: dict[str, Any] = {}
     for flag, (field_name, convert) in _SCALAR_FLAGS.items():
@@ -215,11 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return cmd_serve(config)
     if args.command == "once":
-        return cmd_once(config, args.output)
+        return cmd_once(config, config.once_output)
     if args.command == "check":
         from exporter.watchdog.check import run_check
 
-        return run_check(config, as_json=args.json, environ=os.environ)
+        return run_check(config, as_json=config.check_json, environ=os.environ)
     from exporter.watchdog.baseline import baseline_accept, baseline_show
 
     return baseline_show(config) if args.action == "show" else baseline_accept(config)

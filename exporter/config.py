@@ -40,6 +40,8 @@ class Config:
     baseline_auto_accept_boots: int = 0  # 0: never; N: accept after N healthy boots
     log_level: str = "info"
     log_format: str = "json"
+    once_output: Path | None = None  # once --output: the textfile to write atomically
+    check_json: bool = False  # check --json
 
     def enabled(self, source: str) -> bool:
         return self.collectors.get(source, False)

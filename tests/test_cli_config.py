@@ -136,3 +136,16 @@ def test_the_shipped_deployments_use_flags_the_cli_accepts() -> None:
     dockerfile = (project / "Dockerfile").read_text()
     cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
     assert build_config(build_parser().parse_args(cmd)).rootfs == Path("/host")
+
+
+def test_command_options_come_from_the_file_too_and_counts_are_whole(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text(f"output: {tmp_path / 'rocm.prom'}\njson: true\n")
+    assert config("--config.file", str(f)).once_output == tmp_path / "rocm.prom"
+    assert config("--config.file", str(f)).check_json is True
+    f.write_text("processes.top-n: 1.9\nbaseline.auto-accept-boots: true\njson: 'yes'\nkind: rocm-smi\n")
+    with pytest.raises(ConfigError) as err:
+        config("--config.file", str(f))
+    text = str(err.value)
+    for needle in ("top-n", "auto-accept-boots", "--json", "'kind'"):
+        assert needle in text
