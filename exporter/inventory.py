@@ -101,7 +101,7 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
         model=view.model or smi.model,
         device_id=view.device_id or smi.device_id,
         vbios=view.vbios or smi.vbios,
-        driver=smi.driver if smi.driver and view.driver in (None, "amdgpu") else view.driver,
+        driver=view.driver or smi.driver,
         vram_total_bytes=_first(view.vram_total_bytes, smi.vram_total_bytes),
         vram_used_bytes=_first(view.vram_used_bytes, smi.vram_used_bytes),
         busy_ratio=view.busy_ratio,
@@ -115,16 +115,20 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
 
 
 def merge_gpus(sysfs: SysfsSnapshot | None, reports: Sequence[SmiReport]) -> tuple[GpuView, ...]:
+    # One amdgpu module drives every GPU of the host: its version, from whichever source knows it, goes on all.
+    driver_version = next((g.driver for r in reports for g in r.gpus if g.driver), None) or (
+        sysfs.driver_version if sysfs is not None else None
+    )
     views: dict[str, GpuView] = {}
     if sysfs is not None:
         for gpu in sysfs.gpus:
-            views[gpu.pci_bus] = _from_sysfs(gpu, sysfs.driver_version)
+            views[gpu.pci_bus] = _from_sysfs(gpu, driver_version)
     for report in reports:
         for smi in report.gpus:
             bdf = normalize_bdf(smi.pci_bus)
             if bdf is None:
                 continue  # a GPU the tool did not place on the bus cannot be keyed
-            views[bdf] = _fill(views.get(bdf, GpuView(pci_bus=bdf)), smi)
+            views[bdf] = _fill(views.get(bdf, GpuView(pci_bus=bdf, driver=driver_version)), smi)
     return tuple(views[k] for k in sorted(views))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from paths import DATA, FIXTURES
 from prometheus_client import generate_latest
 from promtool import check_metrics, compare_golden
@@ -114,3 +116,12 @@ def test_state_files_share_one_family() -> None:
     assert text.count("# TYPE rocm_watchdog_state_file_corrupt gauge") == 1
     assert registry.get_sample_value("rocm_watchdog_state_file_corrupt", {"file": "kernel-log-cursor.json"}) == 1
     check_metrics(text)
+
+
+def test_the_driver_version_is_host_wide() -> None:
+    # The rocm-smi capture (MI50, driver 5.9.17) does not list the amd-smi GPUs nor the sysfs one: all the same,
+    # one module drives them all.
+    registry = make_registry(filled_store(), Config(), clock=lambda: NOW)
+    text = generate_latest(registry).decode()
+    drivers = set(re.findall(r'rocm_gpu_info\{[^}]*driver="([^"]*)"', text))
+    assert drivers == {"5.9.17"}
