@@ -219,7 +219,13 @@ def gpus() -> Board:
     b.panel(
         "table",
         "Largest KFD processes by VRAM",
-        [(f"topk(20, rocm_process_vram_used_bytes{{{SEL}}})", "")],
+        [
+            (
+                f"topk(20, rocm_process_vram_used_bytes{{{SEL}}}) * on(instance, pid) "
+                f"group_left(user, container_id, pod_uid) rocm_process_info{{{SEL}}}",
+                "",
+            )
+        ],
         unit="bytes",
         w=24,
         instant=True,

@@ -105,9 +105,11 @@ def test_missing_procfs_is_a_source_error(tmp_path: Path) -> None:
 def test_top_n_keeps_the_largest_and_counts_all() -> None:
     processes = [ProcessInfo(pid=i, name=f"p{i}", vram_used_bytes=i * 10) for i in range(1, 31)]
     processes.append(ProcessInfo(pid=99, name="no-vram-known"))
-    total, vram = list(process_families(processes, top_n=3))
+    total, vram, info = list(process_families(processes, top_n=3))
     assert total.samples[0].value == 31
     assert [s.labels["pid"] for s in vram.samples] == ["30", "29", "28"]
+    assert set(vram.samples[0].labels) == {"pid", "process_name"}  # the contract's labels, no more
+    assert [s.labels["pid"] for s in info.samples] == ["30", "29", "28"]
 
 
 def test_two_tools_listing_one_process_do_not_double_its_vram() -> None:

@@ -86,11 +86,12 @@ def process_families(processes: Iterable[ProcessInfo], top_n: int) -> Iterator[M
     total.add_metric([], len(every))
     yield total
     vram = new_family(names.PROCESS_VRAM)
+    info = new_family(names.PROCESS_INFO)
     with_vram = [p for p in every if p.vram_used_bytes is not None]
     with_vram.sort(key=lambda p: (-(p.vram_used_bytes or 0), p.pid))
     for p in with_vram[:top_n]:
-        vram.add_metric(
-            [str(p.pid), label(p.name), label(p.user), label(p.container_id), label(p.pod_uid)],
-            p.vram_used_bytes or 0,
-        )
+        vram.add_metric([str(p.pid), label(p.name)], p.vram_used_bytes or 0)
+        # Enrichment in an info series of its own, so the VRAM series keep the contract's two labels.
+        info.add_metric([str(p.pid), label(p.name), label(p.user), label(p.container_id), label(p.pod_uid)], 1)
     yield vram
+    yield info

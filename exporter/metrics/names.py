@@ -65,6 +65,11 @@ PROCESSES = Spec("rocm_processes", "KFD processes on the node" + CACHED)
 PROCESS_VRAM = Spec(
     "rocm_process_vram_used_bytes",
     "VRAM used by a KFD process, the N largest" + CACHED,
+    ("pid", "process_name"),
+)
+PROCESS_INFO = Spec(
+    "rocm_process_info",
+    "Who runs a KFD process of rocm_process_vram_used_bytes (join on pid): owner, container, pod; 1" + CACHED,
     ("pid", "process_name", "user", "container_id", "pod_uid"),
 )
 GPUS = Spec("rocm_gpus", "GPUs present now" + CACHED)
