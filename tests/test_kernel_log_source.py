@@ -482,3 +482,79 @@ def test_an_unwritable_state_dir_keeps_counting_and_says_so(host: Host, fifo: Fi
     assert not third.cursor_unsaved and host.cursor.exists()
     assert [e["event"] for e in logs] == ["state_write_recovered"]
     src.close()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe not utf-8", b'{"version": 1, "pending": [1]}', b'{"version": 1, "counts": [["a", "b", true]]}'],
+    ids=["not-utf8", "pending-not-objects", "bool-count"],
+)
+def test_any_corrupt_cursor_is_moved_aside_not_a_crash(host: Host, fifo: Fifo, content: bytes) -> None:
+    host.cursor.write_bytes(content)
+    src = host.source()
+    with structlog.testing.capture_logs():
+        state = src.collect()
+    assert state.cursor_corrupt
+    assert [p.name for p in host.cursor.parent.iterdir() if ".corrupt-" in p.name]
+    fifo.write(reset_begin(1, A))
+    assert counts(src.collect()) == {(A, "gpu_reset_begin"): 1}
+    src.close()
+
+
+def test_records_lost_on_a_first_start_and_after_a_reboot(host: Host, fifo: Fifo) -> None:
+    # First start on a host up for a while: the oldest record in the buffer has a high sequence number; the
+    # records before it were never this exporter's to read.
+    src = host.source()
+    src.collect()
+    fifo.write(info(123_456), reset_begin(123_457, A))
+    state = src.collect()
+    assert state.records_lost == 0 and counts(state) == {(A, "gpu_reset_begin"): 1}
+    src.close()
+    fifo.close()
+    # A reboot the exporter was installed for: what the buffer dropped before the first record read is lost.
+    host.boot(BOOT2)
+    src = host.source()
+    src.collect()
+    fifo.write(info(500), reset_begin(501, A))
+    state = src.collect()
+    assert state.records_lost == 500
+    assert counts(state) == {(A, "gpu_reset_begin"): 2}
+    src.close()
+
+
+def test_a_large_backlog_is_read_a_slice_per_collect_and_counted_once(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import exporter.sources.kernel_log as kernel_log
+
+    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", 4096)  # a small slice, so a small file is a backlog
+    lines = [
+        f"[{100 + i:5d}.000000] usb 1-1: new high-speed USB device number {i} using xhci_hcd\n" for i in range(300)
+    ]
+    lines[150] = f"[  250.000000] amdgpu {A}: amdgpu: GPU reset begin!\n"
+    lines[299] = f"[  399.000000] amdgpu {B}: amdgpu: GPU reset begin!\n"
+    host.log.write_text("".join(lines))
+    src = host.source()
+    seen = []
+    for _ in range(50):  # bounded: the file is about 24 KiB, 4 KiB a collect
+        seen.append(counts(src.collect()))
+        if seen[-1].get((B, "gpu_reset_begin")):
+            break
+    assert seen[-1] == {(A, "gpu_reset_begin"): 1, (B, "gpu_reset_begin"): 1}
+    assert len(seen) > 3  # it took several collects: memory per collect is bounded
+    assert counts(src.collect()) == seen[-1]  # and nothing is counted again
+    src.close()
+
+
+def test_an_endless_line_is_dropped_not_kept(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.sources.kernel_log as kernel_log
+
+    monkeypatch.setattr(kernel_log, "MAX_LINE_BYTES", 1000)
+    host.log.write_bytes(b"x" * 5000)  # no newline yet: kept as a partial line, until it is too long for one
+    src = host.source()
+    state = src.collect()
+    assert any("without a newline" in w for w in state.warnings)
+    with host.log.open("ab") as f:
+        f.write(b"\n" + f"[  5.000000] amdgpu {A}: amdgpu: GPU reset begin!\n".encode())
+    assert counts(src.collect()) == {(A, "gpu_reset_begin"): 1}
+    src.close()

@@ -38,6 +38,10 @@ log = structlog.get_logger("kernel-log")
 
 KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
 MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the next call
+# Bytes one collect() reads at most, so a large backlog (a multi-GB kern.log on first start, a flood through a
+# FIFO) is worked off a slice per interval with bounded memory instead of all at once.
+MAX_BYTES_PER_COLLECT = 8 << 20
+MAX_LINE_BYTES = 64 << 10  # a "line" longer than this without a newline is not a log line: dropped, warned
 CURSOR_FILE = "kernel-log-cursor.json"
 CURSOR_VERSION = 1
 MAX_WARNINGS = 20
@@ -76,6 +80,15 @@ class ReadResult:
     lines_unparsed: int = 0
 
 
+def _cap_partial(partial: bytes, out: ReadResult) -> bytes:
+    """An unterminated tail longer than any log line is not one: drop it with a warning, keep memory bounded."""
+    if len(partial) <= MAX_LINE_BYTES:
+        return partial
+    out.warnings.append(f"dropped {len(partial)} bytes without a newline: not a kernel-log line")
+    out.lines_unparsed += 1
+    return b""
+
+
 class StreamReader:
     """Reads records from a character device (/dev/kmsg: one record per read) or a FIFO (a byte stream).
 
@@ -91,6 +104,7 @@ class StreamReader:
     def _lines(self, data: bytes, out: ReadResult) -> None:
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
+        self._partial = _cap_partial(self._partial, out)
         for raw_line in complete:
             self._lineno += 1
             out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
@@ -99,7 +113,10 @@ class StreamReader:
         out = ReadResult()
         unparsed_before = self.parser.lines_unparsed
         warned_before = len(self.parser.warnings)
+        budget = MAX_BYTES_PER_COLLECT
         for _ in range(MAX_READS_PER_COLLECT):
+            if budget <= 0:
+                break
             try:
                 data = self.raw.read(KMSG_READ_SIZE)
             except BlockingIOError:
@@ -113,9 +130,10 @@ class StreamReader:
                 continue
             if not data:
                 break
+            budget -= len(data)
             self._lines(data, out)
         out.records.extend(self.parser.flush())
-        out.lines_unparsed = self.parser.lines_unparsed - unparsed_before
+        out.lines_unparsed += self.parser.lines_unparsed - unparsed_before
         out.warnings = self.parser.warnings[warned_before:]
         del self.parser.warnings[:]
         return out
@@ -158,18 +176,24 @@ class FileFollower:
     def cursor(self) -> dict[str, object]:
         return {"dev": self._ident[0], "ino": self._ident[1], "offset": self.offset}
 
-    def _drain(self, out: ReadResult) -> None:
+    def _drain(self, out: ReadResult, budget: int) -> bool:
+        """Read up to ``budget`` bytes; True when the end of the file was reached."""
         assert self._fd is not None
-        for _ in range(MAX_READS_PER_COLLECT):
-            data = os.read(self._fd, 1 << 20)
+        while budget > 0:
+            data = os.read(self._fd, min(1 << 20, budget))
             if not data:
-                break
+                return True
+            budget -= len(data)
             data = self._partial + data
             *complete, self._partial = data.split(b"\n")
+            if len(self._partial) > MAX_LINE_BYTES:
+                self.offset += len(self._partial)  # skipped: the next line starts after it
+            self._partial = _cap_partial(self._partial, out)
             for raw_line in complete:
                 self._lineno += 1
                 self.offset += len(raw_line) + 1
                 out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
+        return False
 
     def _reopen(self) -> None:
         if self._fd is not None:
@@ -188,17 +212,18 @@ class FileFollower:
             out.warnings.append(f"{self.path} was truncated; reading it again from the start")
             os.lseek(self._fd, 0, os.SEEK_SET)
             self.offset, self._partial, self._lineno = 0, b"", 0
-        self._drain(out)
+        # A backlog larger than one collect's budget: the rest next time, and only then look for rotation.
+        at_end = self._drain(out, MAX_BYTES_PER_COLLECT)
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path) if at_end else None
         except FileNotFoundError:
             st = None  # rotated away and not recreated yet: keep the old file open
         if st is not None and (st.st_dev, st.st_ino) != self._ident:
             out.records.extend(self.parser.flush())
             self._reopen()
-            self._drain(out)
+            self._drain(out, MAX_BYTES_PER_COLLECT)
         out.records.extend(self.parser.flush())
-        out.lines_unparsed = self.parser.lines_unparsed - unparsed_before
+        out.lines_unparsed += self.parser.lines_unparsed - unparsed_before
         out.warnings.extend(self.parser.warnings)
         del self.parser.warnings[:]
         return out
@@ -302,7 +327,7 @@ def parse_cursor(text: str) -> _Cursor:
         f = doc.get("file")
         cur.file = dict(f) if isinstance(f, dict) else None
         for bus, cls, n in doc.get("counts", []):
-            if not isinstance(n, int) or n < 0:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise CursorError(f"bad count {n!r}")
             cur.counts[(str(bus), str(cls))] = n
         for bus, cls, t in doc.get("last", []):
@@ -311,8 +336,11 @@ def parse_cursor(text: str) -> _Cursor:
         if not isinstance(lost, int) or lost < 0:
             raise CursorError(f"bad records_lost {lost!r}")
         cur.records_lost = lost
-        cur.pending = [_event_from_json(e) for e in doc.get("pending", [])]
-    except (TypeError, ValueError, KeyError) as exc:
+        pending = doc.get("pending", [])
+        if not isinstance(pending, list) or not all(isinstance(e, dict) for e in pending):
+            raise CursorError("bad pending events")
+        cur.pending = [_event_from_json(e) for e in pending]
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
         if isinstance(exc, CursorError):
             raise
         raise CursorError(f"malformed: {exc}") from exc
@@ -352,6 +380,7 @@ class KernelLogSource:
         self._loaded = False
         self._cursor_corrupt = False
         self._unsaved_error: str | None = None
+        self._count_initial_gap = False
         self._overrun_pending = False
         self._records_read = 0
         self._records_ignored = 0
@@ -372,12 +401,16 @@ class KernelLogSource:
 
     def _load_cursor(self) -> None:
         try:
-            text = self.cursor_path.read_text(encoding="utf-8")
+            raw = self.cursor_path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):  # no cursor yet, or no state dir: counting starts anew
             return
         except OSError as exc:
             raise SourceError(f"cannot read the kernel-log cursor {self.cursor_path}: {exc.strerror}") from exc
         try:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CursorError(f"not UTF-8: {exc}") from exc
             self._cursor = parse_cursor(text)
         except CursorError as exc:
             aside = self.cursor_path.with_name(f"{CURSOR_FILE}.corrupt-{int(self._wall())}")
@@ -422,6 +455,10 @@ class KernelLogSource:
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self._load_cursor()
         self._boot_id = self._read_boot_id()
+        # Records the ring buffer dropped before the first one read count as lost only after a reboot the
+        # exporter was installed for (an early-boot flood hid GPU errors); on a first start, or with the cursor
+        # lost, the sequence number of the oldest record only says how long the host has been up.
+        self._count_initial_gap = self._cursor.boot_id is not None and self._cursor.boot_id != self._boot_id
         if self._cursor.boot_id != self._boot_id:
             self._cursor.last_seq = None  # a new boot: sequence numbers restarted, the whole buffer is new
         self._cursor.boot_id = self._boot_id
@@ -457,8 +494,9 @@ class KernelLogSource:
         last = self._cursor.last_seq
         if last is not None and record.seq <= last:
             return False
-        expected = 0 if last is None else last + 1
-        gap = record.seq - expected
+        # Before the first record of this boot that we read, only after a reboot (see _start).
+        first_gap = record.seq if self._count_initial_gap else 0
+        gap = record.seq - (last + 1) if last is not None else first_gap
         if self._overrun_pending:
             gap = max(gap, 1)
             self._overrun_pending = False
