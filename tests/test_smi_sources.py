@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from paths import DATA, FIXTURES
-from stubs import amd_smi_stub, make_stub, rocm_smi_stub
+from stubs import Stub, amd_smi_stub, make_stub, rocm_smi_stub
 
 from exporter.config import Config
 from exporter.model.smi import SmiReport
@@ -105,3 +105,48 @@ def test_auto_prefers_amd_smi_and_falls_back_to_rocm_smi(tmp_path: Path) -> None
     fresh = AutoSmiSource(config_for(tmp_path))
     assert fresh.collect().tool == "amd-smi"
     assert fresh.name == "amd-smi"
+
+
+def full_amd_smi(tmp_path: Path) -> Stub:
+    stub = amd_smi_stub(tmp_path, {"list": AMD_LIST, "topology": AMD_TOPO, "process": AMD_PROC, "metric": AMD_MEM})
+    stub.set("static", stdout="[]")
+    return stub
+
+
+def test_amd_smi_hung_subcommand_keeps_what_came_before_and_skips_the_rest(tmp_path: Path) -> None:
+    stub = full_amd_smi(tmp_path)
+    stub.set("process", sleep=30)  # hangs past the 2 s timeout
+    source = AmdSmiSource(config_for(tmp_path))
+    report = source.collect()
+    assert [g.pci_bus for g in report.gpus] == ["0000:23:00.0", "0000:26:00.0"]  # list and metric came first
+    assert report.gpus[0].vram_total_bytes == 196592 * 1024 * 1024
+    assert any("process --json: timed out" in w and "skipped topology, static" in w for w in report.warnings)
+    assert not any(c.startswith("topology") for c in stub.calls() if "--help" not in c)
+
+
+def test_amd_smi_hung_subcommand_help_leaves_that_subcommand_out(tmp_path: Path) -> None:
+    stub = full_amd_smi(tmp_path)
+    stub.set("process --help", sleep=30)
+    source = AmdSmiSource(config_for(tmp_path))
+    report = source.collect()
+    assert report.gpus and not report.processes  # probed without `process`, which is then never run
+    source.collect()
+    runs = [c for c in stub.calls() if "--help" not in c]
+    assert not any(c.startswith("process") for c in runs)
+    assert sum(c == "--help" for c in stub.calls()) == 1  # the probe ran once
+
+
+def test_auto_reselects_when_the_chosen_tool_keeps_failing(tmp_path: Path) -> None:
+    full_amd_smi(tmp_path)
+    rocm_smi_stub(tmp_path, MI100)
+    source = AutoSmiSource(config_for(tmp_path))
+    assert source.collect().tool == "amd-smi"
+    # A wrapper whose real tool is gone: it starts, then fails; not "could not be started".
+    broken = make_stub(tmp_path, "amd-smi")
+    broken.set("", exit=127, stderr="/opt/rocm/bin/amd-smi: No such file or directory\n")
+    for _ in range(2):
+        with pytest.raises(SourceError):
+            source.collect()
+        assert source.name == "amd-smi"
+    assert source.collect().tool == "rocm-smi"  # the third failure in a row looks again
+    assert source.name == "rocm-smi"

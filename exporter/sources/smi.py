@@ -120,9 +120,15 @@ class AmdSmiSource:
         self._timeout = config.smi_timeout_seconds
         self._run = runner
         self._queries: tuple[tuple[str, ...], ...] | None = None  # probed once, on the first run
+        self._unprobed: set[str] = set()  # subcommands whose help hung or could not run: never used
 
     def _help(self, *command: str) -> AmdSmiHelp | None:
         result = self._run((self._path, *command, "--help"), self._timeout)
+        if command and (result.timed_out or result.error is not None):
+            # One subcommand's help hanging must not fail the probe: that subcommand is left out.
+            log.warning("subcommand_probe_failed", source=self.name, command=command[0], timed_out=result.timed_out)
+            self._unprobed.add(command[0])
+            return None
         _check_ran(result, "amd-smi")
         try:
             return parse_amd_smi_help(result.stdout + result.stderr)
@@ -134,8 +140,9 @@ class AmdSmiSource:
     def _probe(self) -> tuple[tuple[str, ...], ...]:
         top = self._help()
         assert top is not None
+        self._unprobed = set()
         helps = [top] + [h for c in AMD_SMI_PROBED if c in top.commands and (h := self._help(c)) is not None]
-        queries = amd_smi_commands(helps)
+        queries = tuple(q for q in amd_smi_commands(helps) if q[0] not in self._unprobed)
         if not any(q[0] == "list" for q in queries):
             raise SourceError(f"amd-smi {top.version or ''}: its help offers no 'list' subcommand")
         log.info("tool_probed", source=self.name, version=top.version, commands=[" ".join(q) for q in queries])
@@ -146,8 +153,17 @@ class AmdSmiSource:
             self._queries = self._probe()
         reports: list[SmiReport] = []
         problems: list[str] = []
-        for query in self._queries:
+        for number, query in enumerate(self._queries):
             result = self._run((self._path, *query), self._timeout)
+            if result.timed_out:
+                # A hung subcommand usually means a sick GPU the next ones would hang on too: stop here and
+                # keep what the earlier ones said, so one run costs at most one timeout more than it should.
+                skipped = [q[0] for q in self._queries[number + 1 :]]
+                problems.append(
+                    f"amd-smi {' '.join(query)}: timed out after {result.duration_seconds:.1f}s and was killed"
+                    + (f"; skipped {', '.join(skipped)}" if skipped else "")
+                )
+                break
             _check_ran(result, "amd-smi")
             try:
                 reports.append(parse_amd_smi(result.stdout))
@@ -167,14 +183,26 @@ class AmdSmiSource:
         return None
 
 
+# A chosen tool that fails this many runs in a row (a wrapper whose real tool is gone exits 127 rather than
+# failing to start) makes the auto-selection look again.
+RESELECT_AFTER_FAILURES = 3
+
+
 class AutoSmiSource:
     """amd-smi when it is installed and works, else rocm-smi; its ``name`` is the tool in use."""
 
-    def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
-        self._candidates = (AmdSmiSource(config, runner), RocmSmiSource(config, runner))
-        self._chosen: AmdSmiSource | RocmSmiSource | None = None
-
     names = (AmdSmiSource.name, RocmSmiSource.name)
+
+    def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
+        self._config = config
+        self._runner = runner
+        self._candidates = self._fresh()
+        self._chosen: AmdSmiSource | RocmSmiSource | None = None
+        self._failures = 0
+
+    def _fresh(self) -> tuple[AmdSmiSource, RocmSmiSource]:
+        """New candidates, so each probes its tool again (it may be back as another version)."""
+        return AmdSmiSource(self._config, self._runner), RocmSmiSource(self._config, self._runner)
 
     @property
     def name(self) -> str:
@@ -184,12 +212,16 @@ class AutoSmiSource:
     def collect(self) -> SmiReport:
         if self._chosen is not None:
             try:
-                return self._chosen.collect()
+                report = self._chosen.collect()
             except SourceError as exc:
-                if "could not be started" not in str(exc):
+                self._failures += 1
+                if "could not be started" not in str(exc) and self._failures < RESELECT_AFTER_FAILURES:
                     raise
-                log.warning("tool_disappeared", source=self._chosen.name, error=str(exc))
-                self._chosen = None
+                log.warning("tool_reselecting", source=self._chosen.name, error=str(exc), failures=self._failures)
+                self._chosen, self._failures, self._candidates = None, 0, self._fresh()
+            else:
+                self._failures = 0
+                return report
         errors = []
         for candidate in self._candidates:
             try:
