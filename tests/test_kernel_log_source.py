@@ -558,3 +558,19 @@ def test_an_endless_line_is_dropped_not_kept(host: Host, monkeypatch: pytest.Mon
         f.write(b"\n" + f"[  5.000000] amdgpu {A}: amdgpu: GPU reset begin!\n".encode())
     assert counts(src.collect()) == {(A, "gpu_reset_begin"): 1}
     src.close()
+
+
+def test_a_recreated_fifo_is_reopened(host: Host, fifo: Fifo) -> None:
+    src = host.source()
+    src.collect()
+    fifo.write(reset_begin(1, A))
+    assert counts(src.collect()) == {(A, "gpu_reset_begin"): 1}
+    fifo.close()
+    host.log.unlink()
+    src.collect()  # the path is gone: nothing to read, no error
+    again = Fifo(host.log)  # the writer makes a new FIFO at the same path
+    src.collect()  # the source notices and opens the new one (a writer needs a reader to open it)
+    again.write(reset_begin(2, A))
+    assert counts(src.collect()) == {(A, "gpu_reset_begin"): 2}
+    again.close()
+    src.close()

@@ -381,6 +381,7 @@ class KernelLogSource:
         self._cursor_corrupt = False
         self._unsaved_error: str | None = None
         self._count_initial_gap = False
+        self._stream_ident: tuple[int, int] | None = None
         self._overrun_pending = False
         self._records_read = 0
         self._records_ignored = 0
@@ -449,6 +450,17 @@ class KernelLogSource:
             self._reader, self._kind = StreamReader(FdReader(fd), "kmsg"), "kmsg"
         else:
             self._reader, self._kind = StreamReader(FdReader(fd), None), "fifo"
+        self._stream_ident = (st.st_dev, st.st_ino)
+
+    def _fifo_replaced(self) -> bool:
+        """A FIFO path that now names another FIFO (the writer recreated it): ours will never see data again."""
+        if self._kind != "fifo":
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False  # gone for now: keep the old one until a new one appears
+        return (st.st_dev, st.st_ino) != self._stream_ident
 
     def _start(self) -> None:
         with contextlib.suppress(OSError):  # an unusable state dir shows when the cursor is written
@@ -509,6 +521,8 @@ class KernelLogSource:
     def collect(self) -> KernelLogState:
         if not self._loaded:
             self._start()
+        if self._reader is not None and self._fifo_replaced():
+            self.close()
         if self._reader is None:
             self._open()
         assert self._reader is not None
