@@ -910,3 +910,18 @@ def capture_gpus(capture: str, *, first_card: int = 1, product_name: str = "AMD 
             gpu.partitions = tuple(slots)
         out.append(gpu)
     return out
+
+
+TWO_GPUS = ("0000:03:00.0", "0000:83:00.0")
+
+
+def two_gpu_root(base: Path, **kw: object) -> FakeRoot:
+    """The common test host: two GPUs (03:00.0 as card1/renderD128, 83:00.0 as card2/renderD129) and a BMC on
+    card0. ``kw`` goes to ``build_root``."""
+    a, b = TWO_GPUS
+    return build_root(
+        base,
+        [FakeGpu(a, card=1, render=128, kfd_node=1), FakeGpu(b, card=2, render=129, kfd_node=2, unique_id=0x1234)],
+        others=[FakeOther.bmc("0000:63:00.0", card=0)],
+        **kw,  # type: ignore[arg-type]
+    )

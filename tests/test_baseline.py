@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+from fakeroot import FakeRoot, build_root, two_gpu_root
 
 from exporter.sources.devices import DevicesSource
 from exporter.watchdog.baseline import (
@@ -26,15 +26,6 @@ from exporter.watchdog.baseline import (
 
 A, B = "0000:03:00.0", "0000:83:00.0"
 T0 = 1_700_000_000.0
-
-
-def two_gpu_root(base: Path, **kw: object) -> FakeRoot:
-    return build_root(
-        base,
-        [FakeGpu(A, card=1, render=128, kfd_node=1), FakeGpu(B, card=2, render=129, kfd_node=2, unique_id=0x1234)],
-        others=[FakeOther.bmc("0000:63:00.0", card=0)],
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 def source(root: FakeRoot, t: float = T0) -> DevicesSource:

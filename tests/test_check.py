@@ -6,14 +6,12 @@ import contextlib
 import io
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 import structlog
-from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+from fakeroot import FakeRoot, build_root, two_gpu_root
 
 from exporter.sources.devices import DevicesSource
 from exporter.watchdog.check import run_check, select_visible
@@ -21,23 +19,6 @@ from exporter.watchdog.check import run_check, select_visible
 A, B = "0000:03:00.0", "0000:83:00.0"
 NOBODY = 65534
 T0 = 1_700_000_000.0
-
-
-def two_gpu_root(base: Path, **kw: object) -> FakeRoot:
-    return build_root(
-        base,
-        [FakeGpu(A, card=1, render=128, kfd_node=1), FakeGpu(B, card=2, render=129, kfd_node=2, unique_id=0x1234)],
-        others=[FakeOther.bmc("0000:63:00.0", card=0)],
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-@pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="rocm-watchdog-check-"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d)
 
 
 def check(root: FakeRoot, as_json: bool = False, environ: Mapping[str, str] | None = None) -> tuple[int, str]:

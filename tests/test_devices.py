@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+from fakeroot import two_gpu_root
 
 from exporter.model.devices import ACL_GROUP, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_USER, ACL_USER_OBJ, AclEntry
 from exporter.model.devices import ProcessCreds as Creds
@@ -33,24 +31,6 @@ def acl_bytes(*entries: tuple[int, int, int | None]) -> bytes:
     for tag, perm, ident in entries:
         out += struct.pack("<HHI", tag, perm, 0xFFFFFFFF if ident is None else ident)
     return out
-
-
-def two_gpu_root(base: Path, **kw: object) -> FakeRoot:
-    return build_root(
-        base,
-        [FakeGpu(A, card=1, render=128, kfd_node=1), FakeGpu(B, card=2, render=129, kfd_node=2, unique_id=0x1234)],
-        others=[FakeOther.bmc("0000:63:00.0", card=0)],
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-@pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    """A temp dir an unprivileged child can walk (pytest's tmp_path base is 0700 root)."""
-    d = Path(tempfile.mkdtemp(prefix="rocm-watchdog-test-"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d)
 
 
 def run_forked(uid: int, gid: int, groups: list[int], fn: Callable[[], object]) -> object:
