@@ -13,6 +13,7 @@ from typing import TypeVar
 from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
 from exporter.model.smi import SmiGpu, SmiReport
 from exporter.parsers.common import normalize_bdf, parse_int
+from exporter.store import StoreView
 
 T = TypeVar("T")
 
@@ -53,7 +54,7 @@ class LinkView:
 
 
 def canonical_unique_id(value: str | None) -> str | None:
-    """Tools print ``0x5A4A...``, sysfs ``5a4a...`` (16 digits) and KFD a decimal: one form, ``hex(int)``."""
+    """A tool's unique_id (``0x5A4A...``, or bare hex) in the form sysfs identities carry: ``hex(int)``."""
     if value is None:
         return None
     text = value.strip()
@@ -68,7 +69,7 @@ def _from_sysfs(gpu: GpuIdentity, driver_version: str | None) -> GpuView:
         render_node=gpu.render.name if gpu.render else None,
         kfd_node=gpu.kfd_node,
         gpu_id=gpu.gpu_id,
-        unique_id=canonical_unique_id(gpu.unique_id),
+        unique_id=gpu.unique_id,  # already canonical: parsers.sysfs
         model=gpu.model,
         device_id=gpu.device_id,
         vbios=gpu.vbios,
@@ -166,3 +167,33 @@ def tool_processes(reports: Sequence[SmiReport]) -> dict[int, tuple[str | None, 
             mine[p.pid] = (name or p.name, vram)
         merged.update(mine)
     return merged
+
+
+# Views of the snapshot store that the collector and the sources which follow others both need.
+
+# Tools in order of precedence when both have data for a GPU.
+SMI_SOURCES = ("amd-smi", "rocm-smi")
+
+
+def smi_reports(view: StoreView) -> list[SmiReport]:
+    return [r for name in SMI_SOURCES if isinstance(r := view.fresh_data(name), SmiReport)]
+
+
+def gpu_inventory(view: StoreView) -> tuple[GpuView, ...] | None:
+    """The merged GPUs, or None when no GPU source has fresh data (then no GPU series are exported)."""
+    sysfs = view.fresh_data("sysfs")
+    reports = smi_reports(view)
+    if not isinstance(sysfs, SysfsSnapshot) and not reports:
+        return None
+    return merge_gpus(sysfs if isinstance(sysfs, SysfsSnapshot) else None, reports)
+
+
+def known_gpus(view: StoreView) -> list[str]:
+    """Every GPU any identity source has seen, fresh or not: kernel-log counters start at zero for each."""
+    seen: set[str] = set()
+    for entry in view.entries.values():
+        if isinstance(entry.data, SysfsSnapshot):
+            seen.update(g.pci_bus for g in entry.data.gpus)
+        elif isinstance(entry.data, SmiReport):
+            seen.update(g.pci_bus for g in entry.data.gpus if g.pci_bus)
+    return sorted(seen)

@@ -13,46 +13,17 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.config import Config
-from exporter.inventory import GpuView, merge_gpus, merge_links, tool_processes
+from exporter.inventory import gpu_inventory, known_gpus, merge_links, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
 from exporter.metrics.health import health_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.model.devices import DeviceWatchState
-from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
-from exporter.model.smi import SmiReport
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
 from exporter.watchdog.baseline import BASELINE_FILE
-
-# Tools in order of precedence when both have data for a GPU.
-SMI_SOURCES = ("amd-smi", "rocm-smi")
-
-
-def smi_reports(view: StoreView) -> list[SmiReport]:
-    return [r for name in SMI_SOURCES if isinstance(r := view.fresh_data(name), SmiReport)]
-
-
-def gpu_inventory(view: StoreView) -> tuple[GpuView, ...] | None:
-    """The merged GPUs, or None when no GPU source has fresh data (then no GPU series are exported)."""
-    sysfs = view.fresh_data("sysfs")
-    reports = smi_reports(view)
-    if not isinstance(sysfs, SysfsSnapshot) and not reports:
-        return None
-    return merge_gpus(sysfs if isinstance(sysfs, SysfsSnapshot) else None, reports)
-
-
-def known_gpus(view: StoreView) -> list[str]:
-    """Every GPU any identity source has seen, fresh or not: kernel-log counters start at zero for each."""
-    seen: set[str] = set()
-    for entry in view.entries.values():
-        if isinstance(entry.data, SysfsSnapshot):
-            seen.update(g.pci_bus for g in entry.data.gpus)
-        elif isinstance(entry.data, SmiReport):
-            seen.update(g.pci_bus for g in entry.data.gpus if g.pci_bus)
-    return sorted(seen)
 
 
 def _processes(view: StoreView) -> list[ProcessInfo] | None:

@@ -41,7 +41,7 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
 
         jobs.append(Scheduled(DevicesSource(config), interval["devices"]))
     if config.enabled("processes"):
-        from exporter.metrics.collector import smi_reports
+        from exporter.inventory import smi_reports
         from exporter.sources.processes import ProcessesSource
 
         def reports() -> list[SmiReport]:
@@ -49,7 +49,7 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
 
         jobs.append(Scheduled(ProcessesSource(config, reports), interval["processes"]))
     if config.enabled("kernel-log"):
-        from exporter.metrics.collector import known_gpus
+        from exporter.inventory import known_gpus
         from exporter.sources.kernel_log import KernelLogSource
 
         jobs.append(
