@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.watchdog.check import run_check
 
         return run_check(config, as_json=config.check_json, environ=os.environ)
-    from exporter.watchdog.baseline import baseline_accept, baseline_show
+    from exporter.watchdog.commands import baseline_accept, baseline_show
 
     return baseline_show(config) if args.action == "show" else baseline_accept(config)
 

@@ -17,12 +17,11 @@ from exporter.watchdog.baseline import (
     BASELINE_FILE,
     BaselineError,
     BaselineStore,
-    baseline_accept,
-    baseline_show,
     build_baseline,
     from_json,
     to_json,
 )
+from exporter.watchdog.commands import baseline_accept, baseline_show
 
 A, B = "0000:03:00.0", "0000:83:00.0"
 T0 = 1_700_000_000.0

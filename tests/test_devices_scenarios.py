@@ -20,9 +20,10 @@ from exporter.metrics.collector import make_registry
 from exporter.model.devices import DeviceWatchState
 from exporter.sources.devices import DevicesSource
 from exporter.store import SnapshotStore
-from exporter.watchdog.baseline import baseline_accept
 from exporter.watchdog.check import run_check
-from exporter.watchdog.drift import BASELINE_KINDS, KINDS
+from exporter.watchdog.commands import baseline_accept
+from exporter.watchdog.conditions import BASELINE_KINDS
+from exporter.watchdog.drift import KINDS
 
 A, B, C = "0000:03:00.0", "0000:83:00.0", "0000:c3:00.0"
 T0 = 1_700_000_000.0

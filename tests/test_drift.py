@@ -273,7 +273,7 @@ def test_scenario_starts_once_and_clears(scenario: str, key: tuple[str, str]) ->
 
 
 def test_baseline_kinds_clear_when_the_new_state_is_accepted() -> None:
-    from exporter.watchdog.drift import BASELINE_KINDS
+    from exporter.watchdog.conditions import BASELINE_KINDS
 
     good_sysfs, good_devices = host()
     baseline = make_baseline(good_sysfs, good_devices)

@@ -17,7 +17,7 @@ from exporter.metrics.collector import make_registry
 from exporter.sources.devices import DevicesSource
 from exporter.sources.kernel_log import CURSOR_FILE, KernelLogSource
 from exporter.store import SnapshotStore
-from exporter.watchdog.baseline import baseline_accept
+from exporter.watchdog.commands import baseline_accept
 
 GPU = "0000:03:00.0"
 

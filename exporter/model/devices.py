@@ -170,13 +170,15 @@ class Baseline:
 class Condition:
     """One (kind, subject) the drift engine evaluated. ``since`` changes only when ``active`` changes."""
 
-    kind: str  # one of exporter.watchdog.drift.KINDS
+    kind: str  # one of exporter.watchdog.conditions.KINDS
     subject: str  # a host path, a PCI address, a group name or a DRM device key
     active: bool
     since: float
     severity: Severity = "warning"
     message: str = ""
     details: tuple[tuple[str, str], ...] = ()
+    pci_bus: str | None = None  # the GPU the subject belongs to (a GPU, or a card/render node of one)
+    cause: tuple[str, str] | None = None  # (kind, subject) of the root cause; None: this is a root cause
 
     @property
     def key(self) -> tuple[str, str]:
@@ -194,6 +196,8 @@ class WatchEvent:
     severity: Severity
     message: str
     fields: tuple[tuple[str, str], ...] = ()
+    pci_bus: str | None = None
+    cause: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

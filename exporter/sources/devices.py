@@ -49,7 +49,8 @@ from exporter.watchdog.baseline import (
     BaselineStore,
     build_baseline,
 )
-from exporter.watchdog.drift import BASELINE_KINDS, EVENT_CONDITION_CLEARED, evaluate
+from exporter.watchdog.conditions import BASELINE_KINDS
+from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, evaluate
 
 log = structlog.get_logger(__name__)
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from exporter.config import Config
 from exporter.model.devices import (
     BASELINE_FORMAT,
     Baseline,
@@ -35,9 +33,8 @@ from exporter.model.devices import (
     StateFileProblem,
 )
 from exporter.model.gpu import SysfsSnapshot
-from exporter.sources import SourceError
 from exporter.statefile import commit, fsync_dir, write_atomic, write_temp
-from exporter.watchdog.drift import BASELINE_KINDS, evaluate, hip_indices
+from exporter.watchdog.drift import hip_indices
 
 log = structlog.get_logger(__name__)
 
@@ -393,71 +390,3 @@ class AutoAccept:
         self._clear()
         log.info(EVENT_BASELINE_AUTO_ACCEPTED, path=str(self.store.path), boots=boots)
         return True
-
-
-# CLI ------------------------------------------------------------------------------------------------
-
-
-def read_current(config: Config) -> tuple[SysfsSnapshot, DevicesSnapshot]:
-    """sysfs identity and the device nodes now. Raises SourceError when sysfs cannot be read."""
-    from exporter.sources.devices import read_devices
-    from exporter.sources.sysfs import read_sysfs
-
-    sysfs = read_sysfs(config.sysfs, with_state=False)
-    return sysfs, read_devices(config, sysfs)
-
-
-def baseline_show(config: Config) -> int:
-    """Print the stored baseline as JSON. Exit 0; 1 when there is none yet; 2 when it cannot be read."""
-    baseline, problem = BaselineStore(config.state_dir).load(move_corrupt=False)
-    if baseline is not None:
-        print(json.dumps(to_json(baseline), indent=2))
-        return 0
-    if problem is not None:
-        where = f" (kept at {problem.moved_to})" if problem.moved_to else ""
-        print(f"rocm-watchdog: baseline: {problem.reason}{where}", file=sys.stderr)
-        return 2
-    print(
-        f"rocm-watchdog: no baseline in {config.state_dir} yet: `serve` writes one on its first start, "
-        "`baseline accept` writes one now",
-        file=sys.stderr,
-    )
-    return 1
-
-
-def baseline_accept(config: Config, now: float | None = None) -> int:
-    """Accept the current state as the baseline; print what was accepted and what changed. Exit 0 or 2."""
-    store = BaselineStore(config.state_dir)
-    try:
-        sysfs, devices = read_current(config)
-    except (SourceError, OSError) as e:
-        print(f"rocm-watchdog: baseline accept: cannot read the current state: {e}", file=sys.stderr)
-        return 2
-    now = time.time() if now is None else now
-    old, problem = store.load(move_corrupt=True)
-    conditions, _ = evaluate(sysfs, devices, old, None, now)
-    accepted = [
-        {"condition": c.kind, "subject": c.subject, "message": c.message}
-        for c in conditions
-        if c.active and c.kind in BASELINE_KINDS
-    ]
-    baseline = build_baseline(sysfs, devices, now)
-    try:
-        store.write(baseline)
-    except OSError as e:
-        print(f"rocm-watchdog: baseline accept: cannot write {store.path}: {e}", file=sys.stderr)
-        return 2
-    log.info(EVENT_BASELINE_ACCEPTED, path=str(store.path), gpus=len(baseline.gpus), nodes=len(baseline.nodes))
-    summary = {
-        "accepted": str(store.path),
-        "gpus": len(baseline.gpus),
-        "nodes": len(baseline.nodes),
-        "boot_id": baseline.boot_id,
-        "replaced_created": old.created if old else None,
-        "replaced_corrupt": problem.moved_to if problem else None,
-        "drift_accepted": accepted,
-    }
-    print(json.dumps(summary, indent=2))
-    if not sysfs.gpus:
-        print("rocm-watchdog: warning: the accepted baseline holds no amdgpu GPU", file=sys.stderr)
-    return 0

@@ -28,7 +28,8 @@ from exporter.config import Config
 from exporter.model.devices import Baseline, DeviceNode, DevicesSnapshot, StateFileProblem
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
-from exporter.watchdog.baseline import BaselineStore, read_current
+from exporter.watchdog.baseline import BaselineStore
+from exporter.watchdog.commands import read_current
 from exporter.watchdog.drift import evaluate, hip_indices
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2

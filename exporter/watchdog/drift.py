@@ -13,84 +13,27 @@ baseline; the second kind clears only when the host is fixed.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from exporter.model.devices import (
     Baseline,
     Condition,
     DeviceNode,
     DevicesSnapshot,
-    Severity,
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
+from exporter.watchdog.conditions import KINDS as CONDITION_KINDS
+from exporter.watchdog.conditions import SEVERITY
 
 EVENT_CONDITION_STARTED = "device_condition_started"
 EVENT_CONDITION_CLEARED = "device_condition_cleared"
 EVENT_HARDWARE_CHANGED = "gpu_hardware_changed"
 
-# kind -> severity. "critical": GPUs cannot be used or the wrong one is used; "warning": drift or a broken
-# rule that will bite; "info": worth knowing, not a problem by itself (check does not fail on it).
-KINDS: dict[str, Severity] = {
-    # GPU identity against the baseline (subject: pci_bus)
-    "render_renumbered": "critical",
-    "card_renumbered": "warning",
-    "kfd_node_changed": "warning",
-    "gpu_missing": "critical",
-    "gpu_new": "warning",
-    "unique_id_changed": "info",
-    "partition_mode_changed": "warning",
-    # device nodes against the baseline (subject: path)
-    "node_missing": "critical",
-    "mode_drift": "warning",
-    "uid_drift": "warning",
-    "gid_drift": "warning",
-    "rdev_drift": "warning",
-    "acl_drift": "warning",
-    "kfd_major_changed": "critical",
-    # host and foreign devices against the baseline
-    "group_gid_drift": "warning",  # subject: group name
-    "drm_device_added": "warning",  # subject: driver@parent
-    "drm_device_removed": "warning",
-    # rules on the current state, no baseline needed
-    "render_without_kfd": "critical",  # subject: pci_bus
-    "kfd_render_without_node": "info",  # subject: /dev/dri/renderD<minor> (a container may hold a subset)
-    "not_char_device": "critical",  # the rest: subject is a node path
-    "rdev_mismatch": "critical",
-    "world_writable": "info",
-    "group_not_render_or_video": "warning",
-    "kfd_render_group_split": "warning",
-    "gid_has_no_name": "warning",
-    "mode_inconsistent": "warning",
-    "group_inconsistent": "warning",
-    "minor_extended": "warning",
-    "by_path_missing": "warning",
-    "by_path_dangling": "warning",
-    "by_path_mismatch": "warning",
-}
-
-BASELINE_KINDS = frozenset(
-    {
-        "render_renumbered",
-        "card_renumbered",
-        "kfd_node_changed",
-        "gpu_missing",
-        "gpu_new",
-        "unique_id_changed",
-        "partition_mode_changed",
-        "node_missing",
-        "mode_drift",
-        "uid_drift",
-        "gid_drift",
-        "rdev_drift",
-        "acl_drift",
-        "kfd_major_changed",
-        "group_gid_drift",
-        "drm_device_added",
-        "drm_device_removed",
-    }
-)
+# kind -> severity, from the one table (exporter.watchdog.conditions)
+KINDS = SEVERITY
 # rocm_device_node_drift{attribute}
 NODE_DRIFT_ATTRIBUTES = {"mode_drift": "mode", "uid_drift": "uid", "gid_drift": "gid", "rdev_drift": "rdev"}
 NODE_DRIFT_EXTRA = {"acl_drift": "acl"}
@@ -113,11 +56,20 @@ DEVICE_GROUPS = frozenset({"render", "video"})
 KFD_PATH = "/dev/kfd"
 EXTENDED_MINOR_BASE = 192  # drm_drv.c DRM_EXTENDED_MINOR_LIMIT: beyond the 64 primaries / 64 renders
 
-_Found = tuple[bool, str, tuple[tuple[str, str], ...]]
+
+@dataclass(slots=True)
+class _Found:
+    active: bool
+    message: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+    cause: tuple[str, str] | None = None
+
+
+_INACTIVE_DETAILS: dict[str, str] = {}
 
 
 class _Checks:
-    """Collects (kind, subject) -> (active, message, details) in evaluation order."""
+    """Collects (kind, subject) -> what was found, in evaluation order."""
 
     def __init__(self) -> None:
         self.found: dict[tuple[str, str], _Found] = {}
@@ -125,10 +77,23 @@ class _Checks:
     def add(self, kind: str, subject: str, active: bool, message: str = "", **details: object) -> None:
         assert kind in KINDS, kind
         if not active:  # most checks, every interval: keep them cheap
-            self.found[(kind, subject)] = (False, "", ())
+            self.found[(kind, subject)] = _Found(False, "", _INACTIVE_DETAILS)
             return
-        text = tuple((k, "" if v is None else str(v)) for k, v in details.items())
-        self.found[(kind, subject)] = (True, message, text)
+        text = {k: "" if v is None else str(v) for k, v in details.items()}
+        self.found[(kind, subject)] = _Found(True, message, text)
+
+    def active(self, key: tuple[str, str]) -> bool:
+        f = self.found.get(key)
+        return f is not None and f.active
+
+    def caused_by(self, key: tuple[str, str], cause: tuple[str, str]) -> bool:
+        """Mark an active condition as a consequence of an active cause; True when it was marked."""
+        f = self.found.get(key)
+        if f is None or not f.active or not self.active(cause) or key == cause:
+            return False
+        if f.cause is None:
+            f.cause = cause
+        return True
 
 
 def _render_path(minor: int) -> str:
@@ -445,34 +410,192 @@ def _by_path_checks(c: _Checks, devices: DevicesSnapshot) -> None:
         )
 
 
+# What can shift every card/render/KFD number at once, in the order a renumbering is blamed on.
+_ENUMERATION_CHANGES = ("partition_mode_changed", "gpu_missing", "gpu_new", "drm_device_removed", "drm_device_added")
+_GROUP_CONSEQUENCES = ("gid_has_no_name", "group_not_render_or_video", "group_inconsistent")
+
+
+def _node_owners(sysfs: SysfsSnapshot, baseline: Baseline | None) -> tuple[dict[str, str], dict[str, str]]:
+    """host path -> pci_bus of the GPU that owns the card/render node now, and in the baseline."""
+    now: dict[str, str] = {}
+    for g in sysfs.gpus:
+        for minor in (g.card, g.render):
+            if minor is not None:
+                now[f"/dev/dri/{minor.name}"] = g.pci_bus
+    then: dict[str, str] = {}
+    for b in baseline.gpus if baseline else ():
+        if b.card is not None:
+            then[f"/dev/dri/card{b.card}"] = b.pci_bus
+        if b.render is not None:
+            then[_render_path(b.render)] = b.pci_bus
+    return now, then
+
+
+def _partitions(pairs: Iterable[tuple[str, str | None]]) -> dict[str, set[str]]:
+    """physical GPU -> the BDFs of its other partitions."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for bdf, parent in pairs:
+        if parent is not None:
+            out[parent]
+            if parent != bdf:
+                out[parent].add(bdf)
+    return out
+
+
+def _attribute_partitions(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> None:
+    """A partition-mode change is one condition on the physical GPU: the former partitions that vanished and the
+    new ones that appeared are its consequences, not GPUs missing or new. Partitions of a GPU that is gone are
+    consequences of that GPU missing."""
+    now_bdfs = {g.pci_bus for g in sysfs.gpus}
+    then = _partitions((b.pci_bus, b.parent_pci_bus) for b in baseline.gpus)
+    now = _partitions((g.pci_bus, g.parent_pci_bus) for g in sysfs.gpus)
+    for parent in sorted(then.keys() | now.keys()):
+        before, after = then.get(parent, set()), now.get(parent, set())
+        if parent not in now_bdfs:
+            for bdf in before:
+                c.caused_by(("gpu_missing", bdf), ("gpu_missing", parent))
+            continue
+        if before == after or baseline.gpu(parent) is None:
+            continue
+        key = ("partition_mode_changed", parent)
+        if not c.active(key):
+            c.add(
+                "partition_mode_changed",
+                parent,
+                True,
+                f"GPU {parent}: {len(before) + 1} partitions in the baseline, {len(after) + 1} now",
+                partitions_baseline=len(before) + 1,
+                partitions=len(after) + 1,
+            )
+        for bdf in before - after:
+            c.caused_by(("gpu_missing", bdf), key)
+        for bdf in after - before:
+            c.caused_by(("gpu_new", bdf), key)
+
+
+def _attribute_nodes(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> None:
+    """A node of the baseline that is gone because its GPU is gone is a consequence of that; one that is gone only
+    because its GPU's numbers moved is not missing at all (the GPU's renumbering says it)."""
+    now_owner, then_owner = _node_owners(sysfs, baseline)
+    now_bdfs = {g.pci_bus for g in sysfs.gpus}
+    for (kind, path), f in c.found.items():
+        if kind != "node_missing" or not f.active:
+            continue
+        owner = then_owner.get(path)
+        if owner is None:
+            continue
+        if owner not in now_bdfs:
+            c.caused_by((kind, path), ("gpu_missing", owner))
+        elif now_owner.get(path) != owner:
+            c.found[(kind, path)] = _Found(False, "", _INACTIVE_DETAILS)
+
+
+def _attribute_renumbering(c: _Checks) -> None:
+    """Card/render/KFD numbers that moved because a device appeared or vanished before them are consequences."""
+    changes = [
+        key
+        for kind in _ENUMERATION_CHANGES
+        for key, f in sorted(c.found.items())
+        if key[0] == kind and f.active and f.cause is None
+    ]
+    if not changes:
+        return
+    for key in list(c.found):
+        if key[0] in ("render_renumbered", "card_renumbered", "kfd_node_changed"):
+            c.caused_by(key, changes[0])
+
+
+def _attribute_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) -> None:
+    """A host group's new gid is one condition on the group: the nodes relabelled to the new gid (gid drift) and
+    the nodes left on the old one (no name, not render/video) are its consequences, listed in its details."""
+    for (kind, group), f in list(c.found.items()):
+        if kind != "group_gid_drift" or not f.active:
+            continue
+        old = dict(baseline.groups).get(group)
+        new = devices.host_gid(group)
+        gids = {g for g in (old, new) if g is not None}
+        affected: set[str] = set()
+        for (k, path), g in c.found.items():
+            if not g.active or g.cause is not None:
+                continue
+            node = devices.node(path)
+            bnode = baseline.node(path)
+            hit = (
+                (k == "gid_drift" and bnode is not None and node is not None and bnode.gid == old and node.gid == new)
+                or (k in _GROUP_CONSEQUENCES and node is not None and node.gid in gids)
+                or (k == "kfd_render_group_split" and node is not None and node.gid in gids)
+            )
+            if hit and c.caused_by((k, path), (kind, group)):
+                affected.add(path)
+        if affected:
+            f.details["nodes"] = ",".join(sorted(affected))
+            f.message += f" ({len(affected)} device nodes affected)"
+
+
+def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
+    """Follow a cause to its root (a partition's missing GPU -> the partition change)."""
+    seen: set[tuple[str, str]] = set()
+    while cause is not None and cause not in seen:
+        seen.add(cause)
+        up = found[cause].cause if cause in found else None
+        if up is None:
+            return cause
+        cause = up
+    return cause
+
+
+_Owners = tuple[dict[str, str], dict[str, str]]
+
+
+def _gpu_of(kind: str, subject: str, details: dict[str, str], owners: _Owners) -> str | None:
+    scope = CONDITION_KINDS[kind].scope
+    if scope == "gpu":
+        return subject
+    if scope == "node":
+        return owners[0].get(subject) or owners[1].get(subject) or details.get("pci_bus") or None
+    return None
+
+
 def _transitions(
-    found: dict[tuple[str, str], _Found], previous: Iterable[Condition] | None, now: float
+    found: dict[tuple[str, str], _Found],
+    owners: _Owners,
+    previous: Iterable[Condition] | None,
+    now: float,
 ) -> tuple[tuple[Condition, ...], tuple[WatchEvent, ...]]:
     prev = {p.key: p for p in previous or ()}
     conditions: list[Condition] = []
     events: list[WatchEvent] = []
-    for (kind, subject), (active, message, details) in found.items():
+    for (kind, subject), f in found.items():
         p = prev.get((kind, subject))
-        if p is not None and not active and not p.active:
+        if p is not None and not f.active and not p.active:
             conditions.append(p)  # unchanged and inactive: the same record
             continue
-        flipped = (p is None and active) or (p is not None and p.active != active)
+        flipped = (p is None and f.active) or (p is not None and p.active != f.active)
         since = now if p is None or flipped else p.since
         severity = KINDS[kind]
-        cond = Condition(kind, subject, active, since, severity, message, details)
+        details = tuple(f.details.items())
+        cause = _resolve(f.cause, found) if f.active else None
+        gpu = _gpu_of(kind, subject, f.details, owners)
+        cond = Condition(kind, subject, f.active, since, severity, f.message, details, gpu, cause)
         conditions.append(cond)
         if flipped:
-            name = EVENT_CONDITION_STARTED if active else EVENT_CONDITION_CLEARED
-            if active and kind == "unique_id_changed":
+            name = EVENT_CONDITION_STARTED if f.active else EVENT_CONDITION_CLEARED
+            if f.active and kind == "unique_id_changed":
                 name = EVENT_HARDWARE_CHANGED
-            msg = message if active else (p.message if p else "")
-            events.append(WatchEvent(name, kind, subject, now, severity, msg, details or (p.details if p else ())))
+            msg = f.message if f.active else (p.message if p else "")
+            fields = details or (p.details if p else ())
+            was = cause if f.active else (p.cause if p else None)
+            events.append(WatchEvent(name, kind, subject, now, severity, msg, fields, gpu, was))
     for key, p in prev.items():
         if key in found or not p.active:
             continue
         # no longer evaluated (the GPU or node is gone, or the baseline is): it no longer holds
-        conditions.append(Condition(p.kind, p.subject, False, now, p.severity))
-        events.append(WatchEvent(EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, p.message, p.details))
+        conditions.append(Condition(p.kind, p.subject, False, now, p.severity, pci_bus=p.pci_bus))
+        events.append(
+            WatchEvent(
+                EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, p.message, p.details, p.pci_bus, p.cause
+            )
+        )
     return tuple(conditions), tuple(events)
 
 
@@ -483,7 +606,8 @@ def evaluate(
     previous: Iterable[Condition] | None,
     now: float,
 ) -> tuple[tuple[Condition, ...], tuple[WatchEvent, ...]]:
-    """Every condition evaluated now (active or not) and the start/clear events since ``previous``."""
+    """Every condition evaluated now (active or not), each consequence tied to its root cause, and the start/clear
+    events since ``previous``."""
     c = _Checks()
     if baseline is not None:
         _gpu_checks(c, sysfs, baseline)
@@ -492,4 +616,9 @@ def evaluate(
     _kfd_checks(c, sysfs, devices)
     _policy_checks(c, devices)
     _by_path_checks(c, devices)
-    return _transitions(c.found, previous, now)
+    if baseline is not None:
+        _attribute_partitions(c, sysfs, baseline)
+        _attribute_nodes(c, sysfs, baseline)
+        _attribute_groups(c, devices, baseline)
+        _attribute_renumbering(c)
+    return _transitions(c.found, _node_owners(sysfs, baseline), previous, now)
