@@ -1,248 +1,385 @@
-"""Generate the Grafana dashboards from code: ``python dashboards/generate.py`` rewrites dashboards/*.json.
+"""Generate the Grafana dashboards with grafana-foundation-sdk: ``python dashboards/generate.py`` rewrites
+dashboards/*.json.
 
 Three dashboards, linked from the alerts' ``dashboard_url``: GPUs (state from the tools and sysfs), devices
 (identity, device nodes, drift), kernel (amdgpu/amdkfd events). tests/test_dashboards.py checks that the
-committed JSON is what this script generates, and that every query is valid PromQL over exported metrics.
+committed JSON is what this script generates, that every query is valid PromQL over exported metrics and
+filters on the dashboard's variables, and that timestamps, bytes and ratios carry their units.
+
+Variables: ``datasource``, then ``job``, ``cluster``, ``instance`` and ``pci_bus``, each with All = ".*".
+``cluster`` is a target or external label that many setups do not have: ``cluster=~".*"`` also matches a
+series without the label, so All works with or without it. Every query filters on job, cluster and instance.
+
+Annotations on every dashboard: a device-watchdog condition starting (a root cause; its consequences on a
+toggle that is off by default) at the time the exporter says it began, and a GPU reset from the kernel log.
 """
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from exporter.model.kernel import KERNEL_CLASSES  # noqa: E402 - the classes come from the exporter itself
+from exporter.model.kernel import KERNEL_CLASSES, UNKNOWN_DEVICE  # noqa: E402 - the classes come from the exporter
 
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-SEL = 'instance=~"$instance"'
-GPU_SEL = f'{SEL},pci_bus=~"$pci_bus"'
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Label matchers. Every query starts with NODE. Kernel-log series of no known GPU have pci_bus="unknown" and
+# stay visible whatever GPU is selected; device-node series of /dev/kfd and conditions of no GPU have an empty
+# pci_bus and stay visible too.
+NODE = 'job=~"$job",cluster=~"$cluster",instance=~"$instance"'
+GPU = f'{NODE},pci_bus=~"$pci_bus"'
+GPU_OR_NONE = f'{NODE},pci_bus=~"$pci_bus|"'
+GPU_OR_UNKNOWN = f'{NODE},pci_bus=~"$pci_bus|{UNKNOWN_DEVICE}"'
+
+BOARDS = {
+    "rocm-watchdog-gpus": "GPUs",
+    "rocm-watchdog-devices": "Devices",
+    "rocm-watchdog-kernel": "Kernel log",
+}
+
+Target = tuple[str, str]  # (PromQL, legend)
+P = TypeVar("P", stat.Panel, table.Panel, timeseries.Panel)
+RED_FROM_1 = (("green", None), ("red", 1.0))
+
+
+class PrometheusAnnotationQuery(model.AnnotationQuery):
+    """The SDK's annotation model plus the fields Grafana's Prometheus data source reads from an annotation
+    (its annotation support: title and text templates, labels shown as tags, the value as the event time),
+    which the SDK's generic model does not have."""
+
+    title_format = ""
+    text_format = ""
+    tag_keys = ""
+    use_value_for_time = False
+
+    def to_json(self) -> dict[str, object]:
+        payload = super().to_json()
+        payload["titleFormat"] = self.title_format
+        payload["textFormat"] = self.text_format
+        payload["tagKeys"] = self.tag_keys
+        payload["useValueForTime"] = self.use_value_for_time
+        return payload
+
+
+class PrometheusAnnotation(dash.AnnotationQuery):
+    _internal: PrometheusAnnotationQuery
+
+    def __init__(self, name: str) -> None:
+        self._internal = PrometheusAnnotationQuery(name=name, datasource=DATASOURCE)
+
+    def title_format(self, title_format: str) -> PrometheusAnnotation:
+        self._internal.title_format = title_format
+        return self
+
+    def text_format(self, text_format: str) -> PrometheusAnnotation:
+        self._internal.text_format = text_format
+        return self
+
+    def tag_keys(self, *keys: str) -> PrometheusAnnotation:
+        self._internal.tag_keys = ",".join(keys)
+        return self
+
+    def use_value_for_time(self) -> PrometheusAnnotation:
+        """The value (unix milliseconds) is the event's time; the sample's own time is ignored."""
+        self._internal.use_value_for_time = True
+        return self
+
+
+def condition_starts(cause: str) -> str:
+    """When each active device-watchdog condition whose ``cause`` label matches began, in unix milliseconds,
+    with its severity."""
+    return (
+        f"rocm_device_condition_since_timestamp_seconds{{{GPU_OR_NONE},cause{cause}}} * 1000"
+        f" * on(job, instance, condition, subject) group_left(severity) rocm_device_condition{{{NODE}}}"
+    )
+
+
+def annotation_queries() -> list[Builder[model.AnnotationQuery]]:
+    # The exporter knows when a condition began (to the second): one event at that time per
+    # condition, however long it stays active. A consequence ("cause" names its root condition's kind, e.g. a
+    # render node renumbered because a GPU is gone) repeats its root cause, so its toggle is off by default.
+    # Resets: increase over $__rate_interval, not $__interval: windows that only tile the range lose the
+    # increase between the last sample of one and the first of the next. A reset is one short region then.
+    resets = f'increase(rocm_kernel_events_total{{{GPU_OR_UNKNOWN},class="gpu_reset_begin"}}[$__rate_interval]) > 0'
+    return [
+        PrometheusAnnotation("Device conditions")
+        .expr(condition_starts('=""'))
+        .use_value_for_time()
+        .icon_color("orange")
+        .title_format("{{condition}} ({{severity}})")
+        .text_format("{{subject}} on {{instance}}")
+        .tag_keys("severity", "condition"),
+        PrometheusAnnotation("Device conditions caused by another")
+        .expr(condition_starts('!=""'))
+        .use_value_for_time()
+        .enable(False)
+        .icon_color("yellow")
+        .title_format("{{condition}} (caused by {{cause}})")
+        .text_format("{{subject}} on {{instance}}")
+        .tag_keys("severity", "condition", "cause"),
+        PrometheusAnnotation("GPU resets")
+        .expr(resets)
+        .icon_color("red")
+        .title_format("GPU reset")
+        .text_format("{{pci_bus}} on {{instance}}")
+        .tag_keys("pci_bus"),
+    ]
+
+
+def variables() -> list[Builder[model.VariableModel]]:
+    def query(name: str, label: str, promql: str, description: str) -> dash.QueryVariable:
+        return (
+            dash.QueryVariable(name)
+            .label(label)
+            .description(description)
+            .datasource(DATASOURCE)
+            .query({"query": promql, "refId": name})
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(model.VariableOption(text=["All"], value=["$__all"]))
+        )
+
+    return [
+        dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        query("job", "Job", "label_values(rocm_watchdog_build_info, job)", "Scrape jobs of rocm-watchdog."),
+        query(
+            "cluster",
+            "Cluster",
+            'label_values(rocm_watchdog_build_info{job=~"$job"}, cluster)',
+            "The cluster target or external label; All also matches series without one.",
+        ),
+        query(
+            "instance",
+            "Node",
+            'label_values(rocm_watchdog_build_info{job=~"$job",cluster=~"$cluster"}, instance)',
+            "The exporter's scrape target; the GPU inventory names the host.",
+        ),
+        query(
+            "pci_bus",
+            "GPU (PCI address)",
+            f"label_values(rocm_gpu_info{{{NODE}}}, pci_bus)",
+            "Kernel-log events of no known GPU (pci_bus unknown) and /dev/kfd stay visible whatever is selected.",
+        ),
+    ]
 
 
 class Board:
-    def __init__(self, uid: str, title: str, description: str) -> None:
-        self.uid, self.title, self.description = uid, title, description
-        self.panels: list[dict[str, Any]] = []
-        self.x = self.y = 0
-        self.row_height = 0
+    """One dashboard: the SDK's builder, with the house defaults and panel ids in order of addition."""
 
-    def _place(self, w: int, h: int) -> dict[str, int]:
-        if self.x + w > 24:
-            self.x, self.y = 0, self.y + self.row_height
-            self.row_height = 0
-        pos = {"x": self.x, "y": self.y, "w": w, "h": h}
-        self.x += w
-        self.row_height = max(self.row_height, h)
-        return pos
+    def __init__(self, uid: str, title: str, description: str) -> None:
+        self.uid = uid
+        self.ids = 0
+        self.builder = (
+            dash.Dashboard(title)
+            .uid(uid)
+            .description(description)
+            .tags(["rocm", "amd", "gpu", "rocm-watchdog"])
+            .timezone("browser")
+            .editable()
+            .refresh("30s")
+            .time("now-6h", "now")
+            .tooltip(model.DashboardCursorSync.CROSSHAIR)
+            .variables(variables())
+            .annotations(annotation_queries())
+            .links(
+                [
+                    dash.DashboardLink(name)
+                    .type(model.DashboardLinkType.LINK)
+                    .url(f"/d/{other}")
+                    .include_vars(True)
+                    .keep_time(True)
+                    for other, name in BOARDS.items()
+                    if other != uid
+                ]
+            )
+        )
+
+    def _id(self) -> int:
+        self.ids += 1
+        return self.ids
 
     def row(self, title: str) -> None:
-        if self.x:
-            self.x, self.y = 0, self.y + self.row_height
-        self.panels.append(
-            {
-                "type": "row",
-                "title": title,
-                "collapsed": False,
-                "id": len(self.panels) + 1,
-                "gridPos": {"x": 0, "y": self.y, "w": 24, "h": 1},
-                "panels": [],
-            }
-        )
-        self.y += 1
-        self.row_height = 0
+        self.builder.with_row(dash.Row(title).id(self._id()))
 
     def panel(
         self,
-        kind: str,
+        panel: P,
         title: str,
-        targets: list[tuple[str, str]],
+        targets: Sequence[Target],
         *,
         unit: str = "short",
         w: int = 12,
         h: int = 8,
         description: str = "",
-        instant: bool = False,
-        thresholds: list[tuple[str, float | None]] | None = None,
+        thresholds: Sequence[tuple[str, float | None]] = (),
+        units: Sequence[tuple[str, str]] = (),
     ) -> None:
-        steps = [{"color": c, "value": v} for c, v in (thresholds or [("green", None)])]
-        self.panels.append(
-            {
-                "type": kind,
-                "title": title,
-                "description": description,
-                "id": len(self.panels) + 1,
-                "datasource": DATASOURCE,
-                "gridPos": self._place(w, h),
-                "fieldConfig": {
-                    "defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}},
-                    "overrides": [],
-                },
-                "options": {"legend": {"displayMode": "table", "placement": "bottom"}} if kind == "timeseries" else {},
-                "targets": [
-                    {
-                        "refId": chr(ord("A") + i),
-                        "expr": expr,
-                        "legendFormat": legend,
-                        "datasource": DATASOURCE,
-                        **({"instant": True, "format": "table"} if instant else {}),
-                    }
-                    for i, (expr, legend) in enumerate(targets)
-                ],
-            }
-        )
+        """Add ``panel``: a table runs instant queries in table format; ``units`` overrides the unit per query
+        (refId, unit). The SDK places it right of the previous panel and starts a new line only once a line is
+        24 wide: make each line's widths add up to 24 (the tests check that no panel overflows)."""
+        instant = isinstance(panel, table.Panel)
+        panel.id(self._id()).title(title).datasource(DATASOURCE).span(w).height(h).unit(unit)
+        if description:
+            panel.description(description)
+        if thresholds:
+            panel.thresholds(
+                dash.ThresholdsConfig()
+                .mode(model.ThresholdsMode.ABSOLUTE)
+                .steps([model.Threshold(color=color, value=value) for color, value in thresholds])
+            )
+        for ref, ref_unit in units:
+            panel.override_by_query(ref, [model.DynamicConfigValue(id_val="unit", value=ref_unit)])
+        for i, (expr, legend) in enumerate(targets):
+            target = prometheus.Dataquery().ref_id(chr(ord("A") + i)).expr(expr).datasource(DATASOURCE)
+            if legend:
+                target.legend_format(legend)
+            if instant:
+                target.instant().format(prometheus_model.PromQueryFormat.TABLE)
+            panel.with_target(target)
+        self.builder.with_panel(panel)
 
-    def json(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid,
-            "title": self.title,
-            "description": self.description,
-            "tags": ["rocm", "amd", "gpu", "rocm-watchdog"],
-            "timezone": "browser",
-            "schemaVersion": 39,
-            "editable": True,
-            "refresh": "30s",
-            "time": {"from": "now-6h", "to": "now"},
-            "links": [
-                {"title": t, "type": "link", "url": f"/d/{u}", "targetBlank": False}
-                for u, t in (
-                    ("rocm-watchdog-gpus", "GPUs"),
-                    ("rocm-watchdog-devices", "Devices"),
-                    ("rocm-watchdog-kernel", "Kernel log"),
-                )
-                if u != self.uid
-            ],
-            "templating": {
-                "list": [
-                    {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
-                    {
-                        "name": "instance",
-                        "type": "query",
-                        "datasource": DATASOURCE,
-                        "label": "Node",
-                        "query": {"query": "label_values(rocm_watchdog_build_info, instance)", "refId": "instance"},
-                        "refresh": 2,
-                        "includeAll": True,
-                        "multi": True,
-                        "allValue": ".*",
-                    },
-                    {
-                        "name": "pci_bus",
-                        "type": "query",
-                        "datasource": DATASOURCE,
-                        "label": "GPU (PCI address)",
-                        "query": {
-                            "query": 'label_values(rocm_gpu_info{instance=~"$instance"}, pci_bus)',
-                            "refId": "pci_bus",
-                        },
-                        "refresh": 2,
-                        "includeAll": True,
-                        "multi": True,
-                        "allValue": ".*",
-                    },
-                ]
-            },
-            "panels": self.panels,
-        }
+    def build(self) -> model.Dashboard:
+        return self.builder.build()
+
+
+def graph() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .legend(
+            common_builders.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.BOTTOM)
+            .calcs(["lastNotNull", "max"])
+        )
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+        )
+    )
+
+
+def ratio() -> timeseries.Panel:
+    return graph().min(0).max(1)
+
+
+def with_host(expr: str, on: str) -> str:
+    """``expr`` with the host's name (label nodename) joined on; a series whose exporter has no
+    rocm_watchdog_host_info (an older version) is kept, without nodename."""
+    return f"{expr} * on(job, instance) group_left(nodename) rocm_watchdog_host_info{{{NODE}}} or on({on}) {expr}"
 
 
 def gpus() -> Board:
     b = Board("rocm-watchdog-gpus", "ROCm GPUs", "GPU state from amd-smi / rocm-smi and sysfs, per PCI address.")
     b.row("Overview")
-    b.panel("stat", "GPUs present", [(f"sum(rocm_gpus{{{SEL}}})", "now")], w=6, h=4)
-    b.panel("stat", "KFD processes", [(f"sum(rocm_processes{{{SEL}}})", "processes")], w=6, h=4)
+    b.panel(stat.Panel(), "GPUs present", [(f"sum(rocm_gpus{{{NODE}}})", "now")], w=6, h=4)
+    b.panel(stat.Panel(), "KFD processes", [(f"sum(rocm_processes{{{NODE}}})", "processes")], w=6, h=4)
     b.panel(
-        "stat",
+        stat.Panel(),
         "Sources failing",
-        [(f"count(rocm_watchdog_source_up{{{SEL}}} == 0) or vector(0)", "sources")],
+        [(f"count(rocm_watchdog_source_up{{{NODE}}} == 0) or vector(0)", "sources")],
         w=6,
         h=4,
-        thresholds=[("green", None), ("red", 1)],
+        thresholds=RED_FROM_1,
     )
     b.panel(
-        "stat",
+        stat.Panel(),
         "Stale sources",
-        [(f"count(rocm_watchdog_source_stale{{{SEL}}} == 1) or vector(0)", "sources")],
+        [(f"count(rocm_watchdog_source_stale{{{NODE}}} == 1) or vector(0)", "sources")],
         w=6,
         h=4,
-        thresholds=[("green", None), ("orange", 1)],
+        thresholds=(("green", None), ("orange", 1.0)),
+        description="A stale source's values are no longer exported: its panels go blank.",
     )
     b.panel(
-        "table",
+        table.Panel(),
         "GPU inventory",
-        [(f"rocm_gpu_info{{{GPU_SEL}}}", "")],
+        [(with_host(f"rocm_gpu_info{{{GPU}}}", "job, instance, pci_bus"), "")],
         w=24,
-        h=8,
-        instant=True,
-        description="Identity of every GPU: card, render node and KFD node are derived and may change across reboots.",
+        description="Identity of every GPU and the host it is in: card, render node and KFD node are derived and "
+        "may change across reboots.",
+    )
+    b.panel(
+        table.Panel(),
+        "Last successful run per source",
+        [(f"rocm_watchdog_source_last_success_timestamp_seconds{{{NODE}}} * 1000", "")],
+        unit="dateTimeFromNow",
+    )
+    b.panel(
+        graph(),
+        "Source run duration",
+        [(f"rocm_watchdog_source_duration_seconds{{{NODE}}}", "{{instance}} {{source}}")],
+        unit="s",
     )
     b.row("Memory and load")
+    b.panel(graph(), "VRAM used", [(f"rocm_gpu_vram_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="bytes")
     b.panel(
-        "timeseries",
-        "VRAM used",
-        [(f"rocm_gpu_vram_used_bytes{{{GPU_SEL}}}", "{{instance}} {{pci_bus}}")],
-        unit="bytes",
-    )
-    b.panel(
-        "timeseries",
+        ratio(),
         "VRAM used ratio",
-        [
-            (
-                f"rocm_gpu_vram_used_bytes{{{GPU_SEL}}} / rocm_gpu_vram_total_bytes{{{GPU_SEL}}}",
-                "{{instance}} {{pci_bus}}",
-            )
-        ],
+        [(f"rocm_gpu_vram_used_bytes{{{GPU}}} / rocm_gpu_vram_total_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")],
         unit="percentunit",
     )
+    b.panel(ratio(), "Busy", [(f"rocm_gpu_busy_ratio{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="percentunit")
     b.panel(
-        "timeseries", "Busy", [(f"rocm_gpu_busy_ratio{{{GPU_SEL}}}", "{{instance}} {{pci_bus}}")], unit="percentunit"
-    )
-    b.panel(
-        "timeseries",
+        graph(),
         "Temperature",
-        [(f"rocm_gpu_temperature_celsius{{{GPU_SEL}}}", "{{instance}} {{pci_bus}} {{sensor}}")],
+        [(f"rocm_gpu_temperature_celsius{{{GPU}}}", "{{instance}} {{pci_bus}} {{sensor}}")],
         unit="celsius",
     )
-    b.panel("timeseries", "Power", [(f"rocm_gpu_power_watts{{{GPU_SEL}}}", "{{instance}} {{pci_bus}}")], unit="watt")
+    b.panel(graph(), "Power", [(f"rocm_gpu_power_watts{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="watt")
     b.panel(
-        "timeseries",
+        graph(),
         "PCIe link",
         [
-            (f"rocm_gpu_pcie_link_speed_gigatransfers_per_second{{{GPU_SEL}}}", "{{pci_bus}} GT/s"),
-            (f"rocm_gpu_pcie_link_width_lanes{{{GPU_SEL}}}", "{{pci_bus}} lanes"),
+            (f"rocm_gpu_pcie_link_speed_gigatransfers_per_second{{{GPU}}}", "{{instance}} {{pci_bus}} speed"),
+            (f"rocm_gpu_pcie_link_width_lanes{{{GPU}}}", "{{instance}} {{pci_bus}} width"),
         ],
+        units=(("A", "suffix: GT/s"), ("B", "suffix: lanes")),
         description="A link that trained below its maximum speed or width is a common hardware fault.",
     )
     b.row("Processes")
     b.panel(
-        "table",
+        table.Panel(),
         "Largest KFD processes by VRAM",
         [
             (
-                f"topk(20, rocm_process_vram_used_bytes{{{SEL}}}) * on(instance, pid) "
-                f"group_left(user, container_id, pod_uid) rocm_process_info{{{SEL}}}",
+                f"topk(20, rocm_process_vram_used_bytes{{{NODE}}}) * on(job, instance, pid) "
+                f"group_left(user, container_id, pod_uid) rocm_process_info{{{NODE}}}",
                 "",
             )
         ],
         unit="bytes",
         w=24,
-        instant=True,
     )
     b.row("Topology")
     b.panel(
-        "table",
+        table.Panel(),
         "GPU links",
         [
             (
-                f"rocm_gpu_link_info{{{SEL}}} * on(instance, pci_bus, peer_pci_bus) "
-                f"group_left rocm_gpu_link_weight{{{SEL}}}",
+                f"rocm_gpu_link_info{{{GPU}}} * on(job, instance, pci_bus, peer_pci_bus) "
+                f"group_left rocm_gpu_link_weight{{{GPU}}}",
                 "",
             )
         ],
         w=24,
-        instant=True,
+        description="Value: the topology link weight.",
     )
     return b
 
@@ -255,75 +392,82 @@ def devices() -> Board:
     )
     b.row("Drift now")
     b.panel(
-        "stat",
+        stat.Panel(),
         "Active critical conditions",
-        [(f'count(rocm_device_condition{{{SEL},severity="critical"}}) or vector(0)', "critical")],
-        w=6,
+        [(f'count(rocm_device_condition{{{GPU_OR_NONE},severity="critical"}}) or vector(0)', "critical")],
+        w=4,
         h=4,
-        thresholds=[("green", None), ("red", 1)],
+        thresholds=RED_FROM_1,
     )
     b.panel(
-        "stat",
+        stat.Panel(),
         "GPUs missing",
-        [(f"sum(rocm_gpu_missing{{{SEL}}}) or vector(0)", "missing")],
-        w=6,
+        [(f"sum(rocm_gpu_missing{{{GPU}}}) or vector(0)", "missing")],
+        w=4,
         h=4,
-        thresholds=[("green", None), ("red", 1)],
+        thresholds=RED_FROM_1,
     )
     b.panel(
-        "stat",
+        stat.Panel(),
         "Render nodes renumbered",
-        [(f"sum(rocm_render_node_renumbered{{{SEL}}}) or vector(0)", "renumbered")],
-        w=6,
+        [(f"sum(rocm_render_node_renumbered{{{GPU}}}) or vector(0)", "renumbered")],
+        w=4,
         h=4,
-        thresholds=[("green", None), ("red", 1)],
+        thresholds=RED_FROM_1,
     )
     b.panel(
-        "stat",
+        stat.Panel(),
         "GPUs now / in baseline",
-        [(f"sum(rocm_gpus{{{SEL}}})", "now"), (f"sum(rocm_baseline_gpus{{{SEL}}})", "baseline")],
+        [(f"sum(rocm_gpus{{{NODE}}})", "now"), (f"sum(rocm_baseline_gpus{{{NODE}}})", "baseline")],
         w=6,
         h=4,
     )
     b.panel(
-        "table",
+        stat.Panel(),
+        "Baseline accepted",
+        [(f"rocm_baseline_timestamp_seconds{{{NODE}}} * 1000", "{{instance}}")],
+        unit="dateTimeFromNow",
+        w=6,
+        h=4,
+    )
+    b.panel(
+        table.Panel(),
         "Active conditions",
         [
             (
-                f"rocm_device_condition{{{SEL}}} * on(instance, condition, subject) group_left "
-                f"rocm_device_condition_since_timestamp_seconds{{{SEL}}}",
+                f"rocm_device_condition{{{GPU_OR_NONE}}} * on(job, instance, condition, subject) group_left "
+                f"rocm_device_condition_since_timestamp_seconds{{{NODE}}} * 1000",
                 "",
             )
         ],
+        unit="dateTimeAsIso",
         w=24,
-        instant=True,
-        description="`rocm-watchdog check` on the node explains each one; docs/runbooks.md.",
+        description="Value: when the condition began. cause names the root condition of a consequence. "
+        "`rocm-watchdog check` on the node explains each one; docs/runbooks.md.",
     )
     b.row("Identity")
     b.panel(
-        "timeseries",
+        graph(),
         "Render node per GPU",
-        [(f"rocm_render_node_minor{{{GPU_SEL}}}", "{{instance}} {{pci_bus}}")],
+        [(f"rocm_render_node_minor{{{GPU}}}", "{{instance}} {{pci_bus}}")],
         description="A step is a renumbering: pinned containers and device plugins now address another GPU.",
     )
-    b.panel("timeseries", "Card node per GPU", [(f"rocm_card_minor{{{GPU_SEL}}}", "{{instance}} {{pci_bus}}")])
+    b.panel(graph(), "Card node per GPU", [(f"rocm_card_minor{{{GPU}}}", "{{instance}} {{pci_bus}}")])
     b.row("Device nodes")
-    b.panel("table", "Device nodes", [(f"rocm_device_node_info{{{SEL}}}", "")], w=24, h=10, instant=True)
+    b.panel(table.Panel(), "Device nodes", [(f"rocm_device_node_info{{{GPU_OR_NONE}}}", "")], w=24, h=10)
     b.panel(
-        "table",
+        table.Panel(),
         "Nodes this exporter cannot open read-write",
-        [(f"rocm_device_node_accessible{{{SEL}}} == 0", "")],
-        instant=True,
+        [(f"rocm_device_node_accessible{{{GPU_OR_NONE}}} == 0", "")],
     )
     b.panel(
-        "table",
+        table.Panel(),
         "Drifted attributes and broken rules",
         [
-            (f"rocm_device_node_drift{{{SEL}}} == 1", ""),
-            (f"rocm_device_node_policy_violation{{{SEL}}} == 1", ""),
-            (f"rocm_group_gid_drift{{{SEL}}} == 1", ""),
+            (f"rocm_device_node_drift{{{GPU_OR_NONE}}} == 1", ""),
+            (f"rocm_device_node_policy_violation{{{GPU_OR_NONE}}} == 1", ""),
+            (f"rocm_group_gid_drift{{{NODE}}} == 1", ""),
         ],
-        instant=True,
     )
     return b
 
@@ -334,67 +478,89 @@ def kernel() -> Board:
     for severity, title in (("critical", "Critical events"), ("warning", "Warnings"), ("info", "Recovery and info")):
         classes = "|".join(c for c, sev in KERNEL_CLASSES.items() if sev == severity)
         b.panel(
-            "timeseries",
+            graph(),
             f"{title} (per interval)",
             [
                 (
-                    f"sum by (instance, pci_bus, class) (increase(rocm_kernel_events_total"
-                    f'{{{GPU_SEL},class=~"{classes}"}}[$__rate_interval])) > 0',
-                    "{{pci_bus}} {{class}}",
+                    f"sum by (job, instance, pci_bus, class) (increase(rocm_kernel_events_total"
+                    f'{{{GPU_OR_UNKNOWN},class=~"{classes}"}}[$__rate_interval])) > 0',
+                    "{{instance}} {{pci_bus}} {{class}}",
                 )
             ],
             w=24,
+            description=f'Events of no known GPU are under pci_bus "{UNKNOWN_DEVICE}".',
         )
     b.panel(
-        "table",
+        table.Panel(),
         "Events in the time range",
-        [(f"sum by (instance, pci_bus, class) (increase(rocm_kernel_events_total{{{GPU_SEL}}}[$__range])) > 0", "")],
-        instant=True,
-    )
-    b.panel(
-        "table",
-        "Last event per GPU and class",
-        [(f"rocm_kernel_event_last_timestamp_seconds{{{GPU_SEL}}} * 1000", "")],
-        unit="dateTimeAsIso",
-        instant=True,
-    )
-    b.row("RAS counters (sysfs)")
-    b.panel(
-        "timeseries",
-        "Uncorrectable / deferred RAS errors",
         [
             (
-                f"increase(rocm_gpu_ras_uncorrectable_errors_total{{{GPU_SEL}}}[$__rate_interval])",
-                "{{pci_bus}} {{block}} UE",
-            ),
-            (
-                f"increase(rocm_gpu_ras_deferred_errors_total{{{GPU_SEL}}}[$__rate_interval])",
-                "{{pci_bus}} {{block}} DE",
-            ),
+                "sum by (job, instance, pci_bus, class) "
+                f"(increase(rocm_kernel_events_total{{{GPU_OR_UNKNOWN}}}[$__range])) > 0",
+                "",
+            )
         ],
     )
     b.panel(
-        "timeseries",
-        "Correctable RAS errors",
-        [(f"increase(rocm_gpu_ras_correctable_errors_total{{{GPU_SEL}}}[$__rate_interval])", "{{pci_bus}} {{block}}")],
+        table.Panel(),
+        "Last event per GPU and class",
+        [(f"rocm_kernel_event_last_timestamp_seconds{{{GPU_OR_UNKNOWN}}} * 1000", "")],
+        unit="dateTimeAsIso",
+    )
+    b.row("Error counters")
+    b.panel(
+        graph(),
+        "Uncorrectable / deferred RAS errors",
+        [
+            (
+                f"increase(rocm_gpu_ras_uncorrectable_errors_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{block}} UE",
+            ),
+            (
+                f"increase(rocm_gpu_ras_deferred_errors_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{block}} DE",
+            ),
+        ],
+        description="From sysfs: counts since the driver loaded, per RAS block.",
     )
     b.panel(
-        "timeseries",
+        graph(),
+        "Correctable RAS errors",
+        [
+            (
+                f"increase(rocm_gpu_ras_correctable_errors_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{block}}",
+            )
+        ],
+        description="From sysfs: counts since the driver loaded, per RAS block.",
+    )
+    b.panel(
+        graph(),
+        "PCIe AER errors",
+        [
+            (
+                f"increase(rocm_kernel_pcie_aer_errors_total{{{GPU_OR_UNKNOWN}}}[$__rate_interval]) > 0",
+                "{{instance}} {{pci_bus}} {{aer_severity}}",
+            )
+        ],
+        description="AER errors the kernel log reports for the GPU or the port directly above it.",
+    )
+    b.panel(
+        graph(),
         "Kernel-log records lost",
-        [(f"increase(rocm_kernel_log_records_lost_total{{{SEL}}}[$__rate_interval])", "{{instance}}")],
+        [(f"increase(rocm_kernel_log_records_lost_total{{{NODE}}}[$__rate_interval])", "{{instance}}")],
+        description="kmsg records overwritten before the exporter read them: events may be missing.",
     )
     return b
 
 
-BOARDS = (gpus, devices, kernel)
-
-
 def render() -> dict[str, str]:
     """File name -> JSON text of every dashboard."""
+    encoder = JSONEncoder(sort_keys=True, indent=2)
     out = {}
-    for make in BOARDS:
+    for make in (gpus, devices, kernel):
         board = make()
-        out[f"{board.uid}.json"] = json.dumps(board.json(), indent=2, sort_keys=True) + "\n"
+        out[f"{board.uid}.json"] = encoder.encode(board.build()) + "\n"
     return out
 
 

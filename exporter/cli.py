@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -57,6 +59,36 @@ def _flag(value: Any) -> bool:
     return value
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _urls(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    urls = tuple(u.strip().rstrip("/") for item in items for u in str(item).split(",") if u.strip())
+    for url in urls:
+        if not re.match(r"https?://[^/\s]+", url):
+            raise ValueError(f"not an http(s) URL: {url!r}")
+    return urls
+
+
+def _labels(value: Any) -> tuple[tuple[str, str], ...]:
+    """``key=value`` strings (a list from repeated flags, or a mapping in the config file) -> label pairs."""
+    if isinstance(value, dict):
+        pairs = [(str(k), str(v)) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in value if isinstance(value, list) else [value]:
+            key, sep, val = str(item).partition("=")
+            if not sep:
+                raise ValueError(f"expected key=value, got {item!r}")
+            pairs.append((key.strip(), val.strip()))
+    for key, _ in pairs:
+        if not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
+            raise ValueError(f"not a valid label name: {key!r}")
+    return tuple(pairs)
+
+
+_REPEATED_FLAGS = frozenset({"alertmanager.label"})
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
@@ -73,6 +105,11 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "state.dir": ("state_dir", _path),
     "processes.top-n": ("top_processes", _count),
     "baseline.auto-accept-boots": ("baseline_auto_accept_boots", _count),
+    "host.name": ("nodename", str),
+    "alertmanager.url": ("alertmanager_urls", _urls),
+    "alertmanager.label": ("alertmanager_labels", _labels),
+    "alertmanager.resend-interval": ("alertmanager_resend_seconds", parse_duration),
+    "alertmanager.timeout": ("alertmanager_timeout_seconds", parse_duration),
     # command options, which a config file may set too
     "output": ("once_output", _path),
     "json": ("check_json", _flag),
@@ -95,6 +132,11 @@ _HELP = {
     "state.dir": "where the baseline and the kernel-log cursor persist [/var/lib/rocm-watchdog]",
     "processes.top-n": "export VRAM of the N largest KFD processes [20]",
     "baseline.auto-accept-boots": "accept the state as the baseline after N healthy boots, 0 = never [0]",
+    "host.name": "the host's name on alerts and rocm_watchdog_host_info [$NODE_NAME, else the hostname]",
+    "alertmanager.url": "push active conditions to this Alertmanager (v2 API; comma-separated for several) [off]",
+    "alertmanager.label": "key=value label on every pushed alert (repeat the flag for several)",
+    "alertmanager.resend-interval": "re-send active alerts this often [1m]",
+    "alertmanager.timeout": "timeout of one push request [10s]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
 }
@@ -104,7 +146,8 @@ BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file with any of these flags")
     for flag, help_text in _HELP.items():
-        p.add_argument(f"--{flag}", dest=flag, default=None, help=help_text)
+        action = "append" if flag in _REPEATED_FLAGS else "store"
+        p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text)
     for source in SOURCE_NAMES:
         p.add_argument(
             f"--collector.{source}",
@@ -206,6 +249,8 @@ def build_config(args: argparse.Namespace) -> Config:
         problems.append(f"--log.format: expected json, logfmt or console, got {fields['log_format']!r}")
     if str(fields.get("log_level", "info")) not in ("debug", "info", "warn", "warning", "error"):
         problems.append(f"--log.level: expected debug, info, warn or error, got {fields['log_level']!r}")
+    if not fields.get("nodename"):
+        fields["nodename"] = os.environ.get("NODE_NAME") or socket.gethostname()
     if "log_format" not in fields:
         fields["log_format"] = default_format()
     # --path.rootfs prefixes the three host paths left at their defaults.

@@ -40,6 +40,12 @@ class Config:
     baseline_auto_accept_boots: int = 0  # 0: never; N: accept after N healthy boots
     log_level: str = "info"
     log_format: str = "json"
+    nodename: str = ""  # the host's name on every alert and in rocm_watchdog_host_info ($NODE_NAME or hostname)
+    # --alertmanager.url: push active conditions to these Alertmanagers (v2 API); empty: no push
+    alertmanager_urls: tuple[str, ...] = ()
+    alertmanager_labels: tuple[tuple[str, str], ...] = ()  # extra labels on every pushed alert
+    alertmanager_resend_seconds: float = 60.0  # re-send active alerts this often (endsAt is 3x ahead)
+    alertmanager_timeout_seconds: float = 10.0
     once_output: Path | None = None  # once --output: the textfile to write atomically
     check_json: bool = False  # check --json
 

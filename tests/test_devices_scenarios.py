@@ -119,7 +119,15 @@ SCENARIOS = [
         lambda r: r.renumber(A, card=5),
         "card_renumbered",
         A,
-        line("rocm_device_condition", 1.0, condition="card_renumbered", subject=A, severity="warning"),
+        line(
+            "rocm_device_condition",
+            1.0,
+            condition="card_renumbered",
+            subject=A,
+            severity="warning",
+            pci_bus=A,
+            cause="",
+        ),
     ),
     Scenario("kfd_node_swap", swap_kfd, "kfd_node_changed", A),
     Scenario("gpu_missing", lambda r: r.remove_gpu(B), "gpu_missing", B, line("rocm_gpu_missing", 1.0, pci_bus=B)),
@@ -133,14 +141,14 @@ SCENARIOS = [
         lambda r: r.remove_node("dri/renderD129"),
         "kfd_render_without_node",
         "/dev/dri/renderD129",
-        line("rocm_device_node_present", 0.0, path="/dev/dri/renderD129"),
+        line("rocm_device_node_present", 0.0, path="/dev/dri/renderD129", pci_bus=B),
     ),
     Scenario(
         "by_path_missing",
         relink(f"pci-{A}-render", None),
         "by_path_missing",
         "/dev/dri/renderD128",
-        line("rocm_device_node_policy_violation", 1.0, path="/dev/dri/renderD128", rule="by_path_missing"),
+        line("rocm_device_node_policy_violation", 1.0, path="/dev/dri/renderD128", rule="by_path_missing", pci_bus=A),
     ),
     Scenario("by_path_dangling", relink(f"pci-{A}-render", "../renderD200"), "by_path_dangling", "/dev/dri/renderD128"),
     Scenario("by_path_mismatch", relink(f"pci-{A}-render", "../renderD129"), "by_path_mismatch", "/dev/dri/renderD128"),
@@ -149,14 +157,14 @@ SCENARIOS = [
         lambda r: r.mknod("dri/renderD128", 226, 140, gid=109),
         "rdev_mismatch",
         "/dev/dri/renderD128",
-        line("rocm_device_node_drift", 1.0, path="/dev/dri/renderD128", attribute="rdev"),
+        line("rocm_device_node_drift", 1.0, path="/dev/dri/renderD128", attribute="rdev", pci_bus=A),
     ),
     Scenario(
         "kfd_mode",
         lambda r: r.chmod("kfd", 0o600),
         "mode_drift",
         "/dev/kfd",
-        line("rocm_device_node_drift", 1.0, path="/dev/kfd", attribute="mode"),
+        line("rocm_device_node_drift", 1.0, path="/dev/kfd", attribute="mode", pci_bus=""),
     ),
     Scenario("kfd_owner", lambda r: r.chown("kfd", uid=65534), "uid_drift", "/dev/kfd"),
     Scenario(
@@ -164,14 +172,14 @@ SCENARIOS = [
         lambda r: r.chgrp("kfd", "video"),
         "gid_drift",
         "/dev/kfd",
-        line("rocm_device_node_policy_violation", 1.0, path="/dev/kfd", rule="kfd_render_group_split"),
+        line("rocm_device_node_policy_violation", 1.0, path="/dev/kfd", rule="kfd_render_group_split", pci_bus=""),
     ),
     Scenario(
         "world_writable",
         lambda r: r.chmod("dri/renderD128", 0o666),
         "world_writable",
         "/dev/dri/renderD128",
-        line("rocm_device_node_policy_violation", 1.0, path="/dev/dri/renderD128", rule="world_writable"),
+        line("rocm_device_node_policy_violation", 1.0, path="/dev/dri/renderD128", rule="world_writable", pci_bus=A),
     ),
     Scenario("acl_added", acl, "acl_drift", "/dev/dri/renderD128"),
     Scenario(
@@ -197,6 +205,7 @@ SCENARIOS = [
             gid="28",
             major="226",
             minor="128",
+            pci_bus=A,
         ),
     ),
     Scenario("kfd_major", lambda r: r.set_kfd_major(234), "kfd_major_changed", "/dev/kfd"),
@@ -243,7 +252,15 @@ def test_scenario_end_to_end(tmp_path: Path, sc: Scenario, capsys: pytest.Captur
     assert starts[0]["event"] in ("device_condition_started", "gpu_hardware_changed")
 
     text = scrape(state)
-    active_line = line("rocm_device_condition", 1.0, condition=sc.kind, subject=cond.subject, severity=cond.severity)
+    active_line = line(
+        "rocm_device_condition",
+        1.0,
+        condition=sc.kind,
+        subject=cond.subject,
+        severity=cond.severity,
+        pci_bus=cond.pci_bus or "",
+        cause=cond.cause[0] if cond.cause else "",
+    )
     assert active_line in text
     if sc.sample:
         assert sc.sample in text, text
@@ -295,9 +312,10 @@ def test_metrics_of_a_healthy_host(tmp_path: Path) -> None:
         state = DevicesSource(root.config(), clock=lambda: T0).collect()
     text = scrape(state)
     info = dict(path="/dev/kfd", mode="0660", owner="root", group="render", uid="0", gid="109", major="510")
-    assert line("rocm_device_node_info", 1.0, **info, minor="0") in text
-    assert line("rocm_device_node_accessible", 1.0, path="/dev/kfd") in text  # the tests run as root
-    assert line("rocm_device_node_drift", 0.0, path="/dev/kfd", attribute="mode") in text
+    assert line("rocm_device_node_info", 1.0, **info, minor="0", pci_bus="") in text
+    assert line("rocm_device_node_accessible", 1.0, path="/dev/kfd", pci_bus="") in text  # the tests run as root
+    assert line("rocm_device_node_accessible", 1.0, path="/dev/dri/renderD129", pci_bus=B) in text
+    assert line("rocm_device_node_drift", 0.0, path="/dev/kfd", attribute="mode", pci_bus="") in text
     assert line("rocm_watchdog_state_file_corrupt", 0.0, file="baseline.json") in text
     assert f"rocm_baseline_timestamp_seconds {T0}" in text.replace("1.7e+09", str(T0))
     assert "rocm_device_condition{" not in text

@@ -391,23 +391,30 @@ def _samples(families: Sequence[Metric]) -> dict[tuple[str, tuple[str, ...]], fl
 
 def test_kernel_families_zero_initialised() -> None:
     state = KernelLogState(
-        counts={(A, "vm_fault"): 3, ("unknown", "vram_lost"): 1},
+        counts={(A, "vm_fault"): 3, (A, "pcie_aer"): 2},
         last_event_seconds={(A, "vm_fault"): 1_700_000_000.5},
         records_lost=7,
+        aer_counts={(A, "uncorrected_fatal"): 2},
     )
     families = list(kernel_families(state, [B.upper(), A]))
     assert [f.name for f in families] == [
         "rocm_kernel_events",
+        "rocm_kernel_pcie_aer_errors",
         "rocm_kernel_event_last_timestamp_seconds",
         "rocm_kernel_log_records_lost",
     ]
     samples = _samples(families)
-    for bus in (A, B):
+    # "unknown" too: an event no GPU could be attributed to moves a counter that was already 0
+    for bus in (A, B, "unknown"):
         for cls in KERNEL_CLASSES:
             assert ("rocm_kernel_events_total", (bus, cls)) in samples
+        for sev in ("corrected", "uncorrected_nonfatal", "uncorrected_fatal"):
+            assert ("rocm_kernel_pcie_aer_errors_total", (bus, sev)) in samples
     assert samples[("rocm_kernel_events_total", (A, "vm_fault"))] == 3
     assert samples[("rocm_kernel_events_total", (B, "vm_fault"))] == 0
-    assert samples[("rocm_kernel_events_total", ("unknown", "vram_lost"))] == 1
+    assert samples[("rocm_kernel_events_total", ("unknown", "vram_lost"))] == 0
+    assert samples[("rocm_kernel_pcie_aer_errors_total", (A, "uncorrected_fatal"))] == 2
+    assert samples[("rocm_kernel_pcie_aer_errors_total", (A, "corrected"))] == 0
     assert samples[("rocm_kernel_event_last_timestamp_seconds", (A, "vm_fault"))] == 1_700_000_000.5
     assert ("rocm_kernel_event_last_timestamp_seconds", (B, "vm_fault")) not in samples  # never a fake 0
     assert samples[("rocm_kernel_log_records_lost_total", ())] == 7

@@ -72,7 +72,7 @@ class RocmCollector(Collector):
             unsaved[CURSOR_FILE] = kernel.cursor_unsaved
         if corrupt:
             yield from state_file_families(corrupt, unsaved)
-        yield from health_families(view)
+        yield from health_families(view, self._config.nodename)
 
 
 def make_registry(store: SnapshotStore, config: Config, clock: Callable[[], float] = time.time) -> CollectorRegistry:

@@ -9,7 +9,7 @@ from prometheus_client.core import Metric
 from exporter.metrics import names as n
 from exporter.metrics.families import label, new_family
 from exporter.model.devices import Condition, DeviceWatchState
-from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS
+from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, node_owners
 
 
 def _flag(value: bool) -> float:
@@ -23,6 +23,11 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
     by_key: dict[tuple[str, str], Condition] = {c.key: c for c in state.conditions}
     nodes = state.devices.nodes
     baseline = state.baseline
+    owner_now, owner_then = node_owners(state.sysfs, baseline)
+
+    def owner(path: str) -> str:
+        """The GPU a card/render node belongs to now, else in the baseline; "" for /dev/kfd."""
+        return owner_now.get(path) or owner_then.get(path) or ""
 
     info = new_family(n.DEVICE_NODE_INFO)
     for node in nodes:
@@ -37,6 +42,7 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
                     label(node.gid),
                     label(node.rdev[0] if node.rdev else None),
                     label(node.rdev[1] if node.rdev else None),
+                    owner(node.path),
                 ],
                 1.0,
             )
@@ -45,17 +51,17 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
     present = new_family(n.DEVICE_NODE_PRESENT)
     seen: set[str] = set()
     for node in nodes:
-        present.add_metric([node.path], _flag(node.exists))
+        present.add_metric([node.path, owner(node.path)], _flag(node.exists))
         seen.add(node.path)
     for bnode in baseline.nodes if baseline else ():
         if bnode.path not in seen:
-            present.add_metric([bnode.path], 0.0)
+            present.add_metric([bnode.path, owner(bnode.path)], 0.0)
     yield present
 
     accessible = new_family(n.DEVICE_NODE_ACCESSIBLE)
     for node in nodes:
         if node.exists and node.accessible is not None:
-            accessible.add_metric([node.path], _flag(node.accessible))
+            accessible.add_metric([node.path, owner(node.path)], _flag(node.accessible))
     yield accessible
 
     drift = new_family(n.DEVICE_NODE_DRIFT)
@@ -63,13 +69,13 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
         for kind, attribute in (*NODE_DRIFT_ATTRIBUTES.items(), *NODE_DRIFT_EXTRA.items()):
             c = by_key.get((kind, bnode.path))
             if c is not None:
-                drift.add_metric([bnode.path, attribute], _flag(c.active))
+                drift.add_metric([bnode.path, attribute, owner(bnode.path)], _flag(c.active))
     yield drift
 
     policy = new_family(n.DEVICE_NODE_POLICY)
     for c in state.conditions:
         if c.kind in POLICY_KINDS:
-            policy.add_metric([c.subject, c.kind], _flag(c.active))
+            policy.add_metric([c.subject, c.kind, owner(c.subject)], _flag(c.active))
     yield policy
 
     render = new_family(n.RENDER_NODE_MINOR)
@@ -110,7 +116,8 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
     since = new_family(n.DEVICE_CONDITION_SINCE)
     for c in state.conditions:
         if c.active:
-            active.add_metric([c.kind, c.subject, c.severity], 1.0)
-            since.add_metric([c.kind, c.subject], c.since)
+            cause = c.cause[0] if c.cause else ""
+            active.add_metric([c.kind, c.subject, c.severity, label(c.pci_bus), cause], 1.0)
+            since.add_metric([c.kind, c.subject, label(c.pci_bus), cause], c.since)
     yield active
     yield since

@@ -12,7 +12,7 @@ from exporter.metrics.families import new_family
 from exporter.store import StoreView
 
 
-def health_families(view: StoreView) -> Iterator[Metric]:
+def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
     up = new_family(names.SOURCE_UP)
     duration = new_family(names.SOURCE_DURATION)
     last_success = new_family(names.SOURCE_LAST_SUCCESS)
@@ -33,6 +33,9 @@ def health_families(view: StoreView) -> Iterator[Metric]:
     build = new_family(names.BUILD_INFO)
     build.add_metric([__version__], 1)
     yield build
+    host = new_family(names.HOST_INFO)
+    host.add_metric([nodename], 1)
+    yield host
 
 
 def state_file_families(corrupt: Mapping[str, bool], unsaved: Mapping[str, bool]) -> Iterator[Metric]:

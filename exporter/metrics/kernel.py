@@ -6,27 +6,36 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.metrics.names import KERNEL_EVENT_LAST, KERNEL_EVENTS, KERNEL_RECORDS_LOST
-from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
+from exporter.metrics.names import KERNEL_EVENT_LAST, KERNEL_EVENTS, KERNEL_PCIE_AER, KERNEL_RECORDS_LOST
+from exporter.model.kernel import AER_SEVERITIES, KERNEL_CLASSES, UNKNOWN_DEVICE, KernelLogState
 from exporter.parsers.common import normalize_bdf
 
 
 def kernel_families(state: KernelLogState | None, known_gpus: Iterable[str]) -> Iterator[Metric]:
-    """``rocm_kernel_events_total`` zero-initialised for every known GPU and every class, the last event time per
-    (GPU, class) that has one, and the kmsg records lost.
+    """``rocm_kernel_events_total`` zero-initialised for every known GPU, ``unknown`` (events no GPU could be
+    attributed to: their first one must move a counter that already exists, or ``increase()`` never sees it) and
+    every class; the PCIe AER events split by AER severity, likewise; the last event time per (GPU, class) that
+    has one, and the kmsg records lost.
 
     With no state yet (the source has not run successfully) nothing is emitted: a zero would be a lie when the
     persisted counts are higher, and a counter that jumps from 0 looks like a burst of events.
     """
     if state is None:
         return
-    gpus = {b for b in (normalize_bdf(g) for g in known_gpus) if b}
+    gpus = {b for b in (normalize_bdf(g) for g in known_gpus) if b} | {UNKNOWN_DEVICE}
     classes = list(KERNEL_CLASSES) + sorted({c for _, c in state.counts} - set(KERNEL_CLASSES))
     events = CounterMetricFamily(KERNEL_EVENTS.name, KERNEL_EVENTS.help, labels=KERNEL_EVENTS.labels)
     for bus in sorted(gpus | {b for b, _ in state.counts}):
         for cls in classes:
             events.add_metric([bus, cls], float(state.counts.get((bus, cls), 0)))
     yield events
+    aer = CounterMetricFamily(
+        KERNEL_PCIE_AER.name.removesuffix("_total"), KERNEL_PCIE_AER.help, labels=KERNEL_PCIE_AER.labels
+    )
+    for bus in sorted(gpus | {b for b, _ in state.aer_counts}):
+        for sev in AER_SEVERITIES:
+            aer.add_metric([bus, sev], float(state.aer_counts.get((bus, sev), 0)))
+    yield aer
     last = GaugeMetricFamily(KERNEL_EVENT_LAST.name, KERNEL_EVENT_LAST.help, labels=KERNEL_EVENT_LAST.labels)
     for (bus, cls), seconds in sorted(state.last_event_seconds.items()):
         last.add_metric([bus, cls], seconds)

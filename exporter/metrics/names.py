@@ -77,20 +77,28 @@ GPUS = Spec("rocm_gpus", "GPUs present now" + CACHED)
 # Device identity and drift ---------------------------------------------------------------------------
 DEVICE_NODE_INFO = Spec(
     "rocm_device_node_info",
-    "1 per GPU device node, with its mode, owner and numbers" + CACHED,
-    ("path", "mode", "owner", "group", "uid", "gid", "major", "minor"),
+    "1 per GPU device node, with its mode, owner and numbers; pci_bus: the GPU it belongs to" + CACHED,
+    ("path", "mode", "owner", "group", "uid", "gid", "major", "minor", "pci_bus"),
 )
 DEVICE_NODE_PRESENT = Spec(
-    "rocm_device_node_present", "1 when the node exists; for nodes present or in the baseline" + CACHED, ("path",)
+    "rocm_device_node_present",
+    "1 when the node exists; for nodes present or in the baseline" + CACHED,
+    ("path", "pci_bus"),
 )
 DEVICE_NODE_ACCESSIBLE = Spec(
-    "rocm_device_node_accessible", "1 when this process can open the node read-write" + CACHED, ("path",)
+    "rocm_device_node_accessible",
+    "1 when this process can open the node read-write" + CACHED,
+    ("path", "pci_bus"),
 )
 DEVICE_NODE_DRIFT = Spec(
-    "rocm_device_node_drift", "1 when the attribute differs from the baseline" + CACHED, ("path", "attribute")
+    "rocm_device_node_drift",
+    "1 when the attribute differs from the baseline" + CACHED,
+    ("path", "attribute", "pci_bus"),
 )
 DEVICE_NODE_POLICY = Spec(
-    "rocm_device_node_policy_violation", "1 when the node breaks the named rule" + CACHED, ("path", "rule")
+    "rocm_device_node_policy_violation",
+    "1 when the node breaks the named rule" + CACHED,
+    ("path", "rule", "pci_bus"),
 )
 RENDER_NODE_MINOR = Spec("rocm_render_node_minor", "Render node number of the GPU now" + CACHED, ("pci_bus",))
 CARD_MINOR = Spec("rocm_card_minor", "Card node number of the GPU now" + CACHED, ("pci_bus",))
@@ -112,6 +120,13 @@ KERNEL_EVENT_LAST = Spec(
     "Wall-clock time of the last kernel-log event per GPU and class",
     ("pci_bus", "class"),
 )
+KERNEL_PCIE_AER = Spec(
+    "rocm_kernel_pcie_aer_errors_total",
+    "PCIe AER errors the kernel log reports for the GPU or a port directly above it, by AER severity "
+    "(corrected, uncorrected_nonfatal, uncorrected_fatal); the pcie_aer events of rocm_kernel_events_total split",
+    ("pci_bus", "aer_severity"),
+    "counter",
+)
 KERNEL_RECORDS_LOST = Spec(
     "rocm_kernel_log_records_lost_total", "kmsg records overwritten before they were read", (), "counter"
 )
@@ -131,6 +146,11 @@ SOURCE_STALE = Spec(
     ("source",),
 )
 BUILD_INFO = Spec("rocm_watchdog_build_info", "Build information, 1", ("version",))
+HOST_INFO = Spec(
+    "rocm_watchdog_host_info",
+    "The host this exporter watches ($NODE_NAME or the hostname, --host.name), 1: join on instance to name the host",
+    ("nodename",),
+)
 STATE_FILE_UNSAVED = Spec(
     "rocm_watchdog_state_file_unsaved",
     "1 when the last write of a state file failed: its state lives in memory only until a write succeeds",
@@ -148,12 +168,13 @@ STATE_FILE_CORRUPT = Spec(
 # when its condition clears, so `rocm_device_condition == 1` alerts resolve by themselves).
 DEVICE_CONDITION = Spec(
     "rocm_device_condition",
-    "1 per active device-watchdog condition (drift since the baseline or a broken rule)" + CACHED,
-    ("condition", "subject", "severity"),
+    "1 per active device-watchdog condition (drift since the baseline or a broken rule); cause: the kind of the "
+    "root cause for a consequence (a GPU renumbered because another is missing), empty for a root cause" + CACHED,
+    ("condition", "subject", "severity", "pci_bus", "cause"),
 )
 DEVICE_CONDITION_SINCE = Spec(
     "rocm_device_condition_since_timestamp_seconds",
     "Unix time the active device-watchdog condition started" + CACHED,
-    ("condition", "subject"),
+    ("condition", "subject", "pci_bus", "cause"),
 )
 BASELINE_TIMESTAMP = Spec("rocm_baseline_timestamp_seconds", "Unix time the baseline was accepted")

@@ -72,6 +72,8 @@ KERNEL_CLASSES: Mapping[str, Severity] = MappingProxyType(
 )
 
 UNKNOWN_DEVICE = "unknown"
+# rocm_kernel_pcie_aer_errors_total{aer_severity}: corrected errors are a ticket, uncorrected ones a page
+AER_SEVERITIES = ("corrected", "uncorrected_nonfatal", "uncorrected_fatal")
 KERNEL_FACILITY = 0  # LOG_KERN; user space cannot log with it (kernel/printk devkmsg_write)
 
 
@@ -139,6 +141,7 @@ class KernelLogState:
 
     counts: Mapping[tuple[str, str], int] = field(default_factory=_frozen_counts)  # (pci_bus, class) -> events
     last_event_seconds: Mapping[tuple[str, str], float] = field(default_factory=_frozen_times)  # Unix time
+    aer_counts: Mapping[tuple[str, str], int] = field(default_factory=_frozen_counts)  # (pci_bus, aer_severity)
     records_lost: int = 0  # kmsg records overwritten before they were read (EPIPE, sequence gaps)
     records_read: int = 0  # records read by this process since it started
     records_ignored: int = 0  # records not from the kernel (user space writing to /dev/kmsg): never counted

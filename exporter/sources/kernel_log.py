@@ -31,7 +31,7 @@ from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import KernelLogLineParser
 from exporter.sources import SourceError
 from exporter.statefile import write_atomic
-from exporter.watchdog.kernel_classify import KernelClassifier
+from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
 
 log = structlog.get_logger("kernel-log")
@@ -306,6 +306,7 @@ class _Cursor:
     last: dict[tuple[str, str], float] = field(default_factory=dict)
     records_lost: int = 0
     pending: list[KernelEvent] = field(default_factory=list)
+    aer: dict[tuple[str, str], int] = field(default_factory=dict)  # (pci_bus, aer_severity) -> pcie_aer events
 
 
 def parse_cursor(text: str) -> _Cursor:
@@ -330,6 +331,10 @@ def parse_cursor(text: str) -> _Cursor:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise CursorError(f"bad count {n!r}")
             cur.counts[(str(bus), str(cls))] = n
+        for bus, sev, n in doc.get("aer", []):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise CursorError(f"bad AER count {n!r}")
+            cur.aer[(str(bus), str(sev))] = n
         for bus, cls, t in doc.get("last", []):
             cur.last[(str(bus), str(cls))] = float(t)
         lost = doc.get("records_lost", 0)
@@ -497,6 +502,9 @@ class KernelLogSource:
             key = (event.pci_bus, event.event_class)
             self._cursor.counts[key] = self._cursor.counts.get(key, 0) + event.count
             self._cursor.last[key] = self._event_time(event, now)
+            if event.event_class == "pcie_aer":
+                aer = (event.pci_bus, aer_severity(event.message))
+                self._cursor.aer[aer] = self._cursor.aer.get(aer, 0) + event.count
             self._dirty = True
 
     def _take(self, record: KernelRecord) -> bool:
@@ -573,6 +581,7 @@ class KernelLogSource:
             "counts": [[b, c, n] for (b, c), n in sorted(cur.counts.items())],
             "last": [[b, c, t] for (b, c), t in sorted(cur.last.items())],
             "records_lost": cur.records_lost,
+            "aer": [[b, sev, n] for (b, sev), n in sorted(cur.aer.items())],
             "pending": [_event_to_json(e) for e in cur.pending],
         }
         try:
@@ -595,6 +604,7 @@ class KernelLogSource:
         return KernelLogState(
             counts=MappingProxyType(dict(cur.counts)),
             last_event_seconds=MappingProxyType(dict(cur.last)),
+            aer_counts=MappingProxyType(dict(cur.aer)),
             records_lost=cur.records_lost,
             records_read=self._records_read,
             records_ignored=self._records_ignored,

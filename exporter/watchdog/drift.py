@@ -415,7 +415,7 @@ _ENUMERATION_CHANGES = ("partition_mode_changed", "gpu_missing", "gpu_new", "drm
 _GROUP_CONSEQUENCES = ("gid_has_no_name", "group_not_render_or_video", "group_inconsistent")
 
 
-def _node_owners(sysfs: SysfsSnapshot, baseline: Baseline | None) -> tuple[dict[str, str], dict[str, str]]:
+def node_owners(sysfs: SysfsSnapshot, baseline: Baseline | None) -> tuple[dict[str, str], dict[str, str]]:
     """host path -> pci_bus of the GPU that owns the card/render node now, and in the baseline."""
     now: dict[str, str] = {}
     for g in sysfs.gpus:
@@ -476,7 +476,7 @@ def _attribute_partitions(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) 
 def _attribute_nodes(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> None:
     """A node of the baseline that is gone because its GPU is gone is a consequence of that; one that is gone only
     because its GPU's numbers moved is not missing at all (the GPU's renumbering says it)."""
-    now_owner, then_owner = _node_owners(sysfs, baseline)
+    now_owner, then_owner = node_owners(sysfs, baseline)
     now_bdfs = {g.pci_bus for g in sysfs.gpus}
     for (kind, path), f in c.found.items():
         if kind != "node_missing" or not f.active:
@@ -621,4 +621,4 @@ def evaluate(
         _attribute_nodes(c, sysfs, baseline)
         _attribute_groups(c, devices, baseline)
         _attribute_renumbering(c)
-    return _transitions(c.found, _node_owners(sysfs, baseline), previous, now)
+    return _transitions(c.found, node_owners(sysfs, baseline), previous, now)

@@ -15,6 +15,7 @@ and, after a restart inside an event, count it twice. Traps never count.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -26,6 +27,18 @@ from exporter.watchdog.kernel_rules import KernelRule, KernelRules, default_rule
 
 MatchKind = Literal["anchor", "followup", "detail", "trap", "none"]
 RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no timestamps
+
+
+_AER_UNCORRECTED = re.compile(r"Uncorrect(?:ed|able) \((Non-)?Fatal\)", re.IGNORECASE)
+
+
+def aer_severity(message: str) -> str:
+    """The AER severity a ``pcie_aer`` line reports: ``corrected`` (Corrected/Correctable), else
+    ``uncorrected_nonfatal`` or ``uncorrected_fatal`` (drivers/pci/pcie/aer.c ``aer_error_severity_string``)."""
+    m = _AER_UNCORRECTED.search(message)
+    if m is None:
+        return "corrected"
+    return "uncorrected_nonfatal" if m.group(1) else "uncorrected_fatal"
 
 
 @dataclass(frozen=True, slots=True)
