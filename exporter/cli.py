@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
     _add_config_flags(check)
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
+    check.add_argument(
+        "--verbose", action="store_true", default=False, help="list every consequence under its cause, not a count"
+    )
     parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
     parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log"))
     parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin")
@@ -286,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         from exporter.watchdog.check import run_check
 
-        return run_check(config, as_json=config.check_json, environ=os.environ)
+        return run_check(config, as_json=config.check_json, environ=os.environ, verbose=bool(args.verbose))
     from exporter.watchdog.commands import baseline_accept, baseline_show
 
     return baseline_show(config) if args.action == "show" else baseline_accept(config)

@@ -12,7 +12,7 @@ health series stay.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -56,6 +56,19 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, SourceEntry] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(name)`` after every recorded run of a source, in the scheduler's thread and outside the
+        lock. A listener only signals (sets an event); it never blocks or does I/O, or it would hold the source."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _notify(self, name: str) -> None:
+        with self._lock:
+            listeners = tuple(self._listeners)
+        for listener in listeners:
+            listener(name)
 
     def register(self, name: str, interval_seconds: float, max_age_seconds: float) -> None:
         with self._lock:
@@ -80,6 +93,7 @@ class SnapshotStore:
                 last_error=None,
             )
             self._entries[name] = SourceEntry(health, data)
+        self._notify(name)
 
     def record_failure(self, name: str, error: str, duration_seconds: float, now: float) -> None:
         with self._lock:
@@ -94,6 +108,7 @@ class SnapshotStore:
                 last_error=error,
             )
             self._entries[name] = SourceEntry(health, entry.data)  # keep the last good data
+        self._notify(name)
 
     def view(self, now: float) -> StoreView:
         with self._lock:

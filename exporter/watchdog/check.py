@@ -21,15 +21,17 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.config import Config
-from exporter.model.devices import Baseline, DeviceNode, DevicesSnapshot, StateFileProblem
+from exporter.model.devices import Baseline, Condition, DeviceNode, DevicesSnapshot, StateFileProblem
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
 from exporter.watchdog.baseline import BaselineStore
 from exporter.watchdog.commands import read_current
+from exporter.watchdog.conditions import fix_text
 from exporter.watchdog.drift import evaluate, hip_indices
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
@@ -121,6 +123,37 @@ def _pick_gids(nodes: Sequence[DeviceNode]) -> tuple[list[int], list[str]]:
     return sorted(chosen), unfixable
 
 
+def _condition_json(c: Condition) -> dict[str, Any]:
+    return {
+        "condition": c.kind,
+        "subject": c.subject,
+        "severity": c.severity,
+        "pci_bus": c.pci_bus,
+        "cause": {"condition": c.cause[0], "subject": c.cause[1]} if c.cause else None,
+        "message": c.message,
+        "details": dict(c.details),
+    }
+
+
+def group_causes(active: Sequence[Condition]) -> list[dict[str, Any]]:
+    """One entry per root cause, most severe first: its message, its fix and the consequences folded under it."""
+    keys = {c.key for c in active}
+    roots = [c for c in active if c.cause is None or c.cause not in keys]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    out: list[dict[str, Any]] = []
+    for root in sorted(roots, key=lambda c: (order[c.severity], c.kind, c.subject)):
+        entry = _condition_json(root)
+        del entry["cause"]
+        entry["fix"] = fix_text(root.kind, root.subject, dict(root.details))
+        entry["consequences"] = [
+            {k: v for k, v in _condition_json(c).items() if k != "cause"}
+            for c in sorted(active, key=lambda c: (c.kind, c.subject))
+            if c.cause == root.key
+        ]
+        out.append(entry)
+    return out
+
+
 def build_report(
     sysfs: SysfsSnapshot,
     devices: DevicesSnapshot,
@@ -169,8 +202,9 @@ def build_report(
 
     conditions, _ = evaluate(sysfs, devices, baseline, None, now)
     active = [c for c in conditions if c.active]
-    for c in active:
-        (notes if c.severity == "info" else problems).append(c.message)
+    causes = group_causes(active)
+    for cause in causes:
+        (notes if cause["severity"] == "info" else problems).append(cause["message"])
     if baseline_problem is not None:
         problems.append(f"baseline unreadable: {baseline_problem.reason}; drift not checked")
     elif baseline is None:
@@ -240,23 +274,15 @@ def build_report(
             "same_boot": (baseline.boot_id == devices.boot_id) if baseline and devices.boot_id else None,
             "corrupt": baseline_problem.reason if baseline_problem else None,
         },
-        "conditions": [
-            {
-                "condition": c.kind,
-                "subject": c.subject,
-                "severity": c.severity,
-                "message": c.message,
-                "details": dict(c.details),
-            }
-            for c in active
-        ],
+        "causes": causes,
+        "conditions": [_condition_json(c) for c in active],
         "visible_devices": selection or None,
         "problems": problems,
         "notes": notes,
     }
 
 
-def render_text(report: Mapping[str, Any]) -> str:
+def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
     lines: list[str] = []
     problems: list[str] = report["problems"]
     lines.append("rocm-watchdog check: " + ("OK" if not problems else f"{len(problems)} problem(s)"))
@@ -293,16 +319,35 @@ def render_text(report: Mapping[str, Any]) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(b["created"]))
         boot = "this boot" if b["same_boot"] else "an earlier boot" if b["same_boot"] is False else "boot unknown"
         lines.append(f"baseline: {b['path']} accepted {stamp} ({boot})")
-    if problems:
-        lines.append("problems:")
-        lines.extend(f"  - {p}" for p in problems)
-    if report["notes"]:
-        lines.append("notes:")
-        lines.extend(f"  - {p}" for p in report["notes"])
+    by_message = {c["message"]: c for c in report["causes"]}
+    for title, items in (("problems", problems), ("notes", report["notes"])):
+        if not items:
+            continue
+        lines.append(f"{title}:")
+        for item in items:
+            lines.append(f"  - {item}")
+            cause = by_message.get(item)
+            if cause is not None:
+                lines.extend(_cause_lines(cause, verbose))
     return "\n".join(lines)
 
 
-def run_check(config: Config, as_json: bool, environ: Mapping[str, str]) -> int:
+def _cause_lines(cause: Mapping[str, Any], verbose: bool) -> list[str]:
+    lines = [f"      fix: {cause['fix']}"] if cause["fix"] else []
+    follow: list[Mapping[str, Any]] = cause["consequences"]
+    if not follow:
+        return lines
+    if verbose:
+        lines.append(f"      caused by it ({len(follow)}):")
+        lines.extend(f"        {c['condition']} {c['subject']}: {c['message']}" for c in follow)
+        return lines
+    kinds = Counter(c["condition"] for c in follow)
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    lines.append(f"      + {len(follow)} consequence(s) of it: {summary} (--verbose lists them)")
+    return lines
+
+
+def run_check(config: Config, as_json: bool, environ: Mapping[str, str], verbose: bool = False) -> int:
     try:
         sysfs, devices = read_current(config)
     except (SourceError, OSError) as e:
@@ -313,5 +358,5 @@ def run_check(config: Config, as_json: bool, environ: Mapping[str, str]) -> int:
     store = BaselineStore(config.state_dir)
     baseline, problem = store.load(move_corrupt=False)
     report = build_report(sysfs, devices, baseline, problem, str(store.path), environ, time.time())
-    print(json.dumps(report, indent=2) if as_json else render_text(report))
+    print(json.dumps(report, indent=2) if as_json else render_text(report, verbose))
     return int(report["exit_code"])

@@ -532,6 +532,37 @@ def _attribute_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) 
             f.message += f" ({len(affected)} device nodes affected)"
 
 
+# Node conditions that one change makes on many nodes at once (a lost udev rule): the same kind with the same
+# values is one condition on the first node, the others its consequences.
+_SAME_CHANGE = {
+    "mode_drift": ("baseline", "now"),
+    "uid_drift": ("baseline", "now"),
+    "gid_drift": ("baseline", "now"),
+    "acl_drift": ("baseline", "now"),
+    "gid_has_no_name": ("gid",),
+    "group_not_render_or_video": ("gid",),
+}
+
+
+def _attribute_same_change(c: _Checks) -> None:
+    roots: dict[tuple[str, ...], tuple[str, str]] = {}
+    # /dev/kfd first: the node every compute process needs names the change
+    for key in sorted(c.found, key=lambda k: (k[1] != KFD_PATH, k)):
+        fields = _SAME_CHANGE.get(key[0])
+        f = c.found[key]
+        if fields is None or not f.active or f.cause is not None:
+            continue
+        change = (key[0], *(f.details.get(name, "") for name in fields))
+        root = roots.setdefault(change, key)
+        if root != key and c.caused_by(key, root):
+            nodes = c.found[root].details.get("nodes", root[1]).split(",")
+            c.found[root].details["nodes"] = ",".join([*nodes, key[1]])
+    for root in roots.values():
+        f = c.found[root]
+        if "nodes" in f.details:
+            f.message += f" (and the same on {f.details['nodes'].count(',')} more nodes)"
+
+
 def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
     """Follow a cause to its root (a partition's missing GPU -> the partition change)."""
     seen: set[tuple[str, str]] = set()
@@ -621,4 +652,5 @@ def evaluate(
         _attribute_nodes(c, sysfs, baseline)
         _attribute_groups(c, devices, baseline)
         _attribute_renumbering(c)
+    _attribute_same_change(c)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
