@@ -87,6 +87,18 @@ def test_missing_gpu_is_one_condition_and_the_renumbering_its_consequence(
         assert c.pci_bus in BDFS[1:]
 
 
+def test_the_log_warns_once_per_cause(host: tuple[FakeRoot, DevicesSource]) -> None:
+    root, src = host
+    remove_first_gpu(root)
+    with structlog.testing.capture_logs() as logs:
+        src.collect()
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [(e["condition"], e["subject"]) for e in warnings] == [("gpu_missing", BDFS[0])]
+    moved = [e for e in logs if e.get("condition") == "render_renumbered"]
+    assert len(moved) == 7 and all(e["log_level"] == "info" and e["cause"] == "gpu_missing" for e in moved)
+    assert {e["pci_bus"] for e in moved} == set(BDFS[1:])
+
+
 def test_kfd_world_writable_is_one_condition(host: tuple[FakeRoot, DevicesSource]) -> None:
     root, src = host
     root.chmod("kfd", 0o666)

@@ -308,9 +308,17 @@ EVENT_BASELINE_WRITE_FAILED = "baseline_write_failed"
 
 
 def log_events(events: Iterable[WatchEvent]) -> None:
+    """One line per condition start/clear. A root cause starts at warning level; a consequence of one (the GPUs
+    renumbered after another went missing) at info, with ``cause`` naming its root, so a log alert fires once."""
     for e in events:
-        level = log.warning if e.event != EVENT_CONDITION_CLEARED and e.severity != "info" else log.info
-        level(e.event, condition=e.kind, subject=e.subject, severity=e.severity, message=e.message, **dict(e.fields))
+        loud = e.event != EVENT_CONDITION_CLEARED and e.severity != "info" and e.cause is None
+        level = log.warning if loud else log.info
+        extra: dict[str, str] = dict(e.fields)
+        if e.pci_bus:
+            extra["pci_bus"] = e.pci_bus
+        if e.cause is not None:
+            extra["cause"], extra["cause_subject"] = e.cause
+        level(e.event, condition=e.kind, subject=e.subject, severity=e.severity, message=e.message, **extra)
 
 
 class DevicesSource:
