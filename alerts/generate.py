@@ -113,7 +113,7 @@ _DEVICE_TEXT = {
         "GPU {{ $labels.pci_bus }} is gone from {{ $labels.nodename }}",
         "The GPU at {{ $labels.pci_bus }} is in the baseline but not on the node now: it fell off the bus, failed to "
         "initialise, or was removed. Jobs pinned to it fail; the renumbering of the other GPUs it forces is part of "
-        "this alert (rocm_device_condition{cause=\"gpu_missing\"}), not separate pages.",
+        'this alert (rocm_device_condition{cause="gpu_missing"}), not separate pages.',
     ),
     "RocmRenderNodeRenumbered": (
         "Render node of GPU {{ $labels.pci_bus }} changed on {{ $labels.nodename }}",
@@ -214,7 +214,7 @@ KERNEL_ALERTS = (
         ("vram_lost",),
         "1h",
         "VRAM of GPU {{ $labels.pci_bus }} was lost on {{ $labels.nodename }}",
-        "A reset lost the contents of VRAM on {{ $labels.pci_bus }} (\"unknown\": the log line named no device "
+        'A reset lost the contents of VRAM on {{ $labels.pci_bus }} ("unknown": the log line named no device '
         "and the host has several GPUs): every process on it must restart.",
     ),
     KernelAlert(
@@ -305,7 +305,8 @@ def _kernel_expr(r: Rules, a: KernelAlert) -> str:
         return f"increase({classes}[{a.window}]) > 0"
     last = r.s("rocm_kernel_event_last_timestamp_seconds", f'class=~"{"|".join(a.classes)}"')
     # At boot the exporter reads these before its first scrape, so the counter appears already at 1.
-    return f"(increase({classes}[{a.window}]) > 0)\nor on(instance, job, pci_bus, class) (time() - {last} < {_seconds(a.window)})"
+    recent = f"(time() - {last} < {_seconds(a.window)})"
+    return f"(increase({classes}[{a.window}]) > 0)\nor on(instance, job, pci_bus, class) {recent}"
 
 
 def _seconds(window: str) -> int:

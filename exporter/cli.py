@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import structlog
 import yaml
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from exporter.scheduler import Scheduler
+    from exporter.sinks.status import PushStatus
 
 EXIT_BAD_CONFIG = 2
 
@@ -68,6 +70,10 @@ def _urls(value: Any) -> tuple[str, ...]:
     for url in urls:
         if not re.match(r"https?://[^/\s]+", url):
             raise ValueError(f"not an http(s) URL: {url!r}")
+        try:
+            _ = urlsplit(url).port  # raises on a port that is not a number in range
+        except ValueError:
+            raise ValueError(f"not a valid port in {url!r}") from None
     return urls
 
 
@@ -88,7 +94,7 @@ def _labels(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-_REPEATED_FLAGS = frozenset({"alertmanager.label"})
+_REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label"})
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
@@ -133,7 +139,7 @@ _HELP = {
     "processes.top-n": "export VRAM of the N largest KFD processes [20]",
     "baseline.auto-accept-boots": "accept the state as the baseline after N healthy boots, 0 = never [0]",
     "host.name": "the host's name on alerts and rocm_watchdog_host_info [$NODE_NAME, else the hostname]",
-    "alertmanager.url": "push active conditions to this Alertmanager (v2 API; comma-separated for several) [off]",
+    "alertmanager.url": "push active alerts to this Alertmanager (v2 API; comma-separated or repeated) [off]",
     "alertmanager.label": "key=value label on every pushed alert (repeat the flag for several)",
     "alertmanager.resend-interval": "re-send active alerts this often [1m]",
     "alertmanager.timeout": "timeout of one push request [10s]",
@@ -252,6 +258,8 @@ def build_config(args: argparse.Namespace) -> Config:
         problems.append(f"--log.format: expected json, logfmt or console, got {fields['log_format']!r}")
     if str(fields.get("log_level", "info")) not in ("debug", "info", "warn", "warning", "error"):
         problems.append(f"--log.level: expected debug, info, warn or error, got {fields['log_level']!r}")
+    if fields.get("alertmanager_urls") and not collectors["devices"]:
+        problems.append("--alertmanager.url: pushes the devices collector's conditions; --no-collector.devices is set")
     if not fields.get("nodename"):
         fields["nodename"] = os.environ.get("NODE_NAME") or socket.gethostname()
     if "log_format" not in fields:
@@ -332,8 +340,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_runtime(config: Config) -> tuple[Scheduler, CollectorRegistry]:
-    """Scheduler and registry wired from the config; nothing runs yet. ConfigError for bad rule files."""
+def build_runtime(config: Config, push: PushStatus | None = None) -> tuple[Scheduler, CollectorRegistry]:
+    """Scheduler and registry wired from the config; nothing runs yet. ConfigError for bad rule files. ``push``: the
+    Alertmanager push's health, for the registry to export (serve with --alertmanager.url)."""
     from exporter.metrics.collector import make_registry
     from exporter.scheduler import Scheduler
     from exporter.sources.registry import build_jobs
@@ -345,7 +354,7 @@ def build_runtime(config: Config) -> tuple[Scheduler, CollectorRegistry]:
         jobs = build_jobs(config, store)
     except KernelRulesError as exc:
         raise ConfigError([f"--kernel-log.rules: {exc}"]) from None
-    return Scheduler(store, jobs), make_registry(store, config)
+    return Scheduler(store, jobs), make_registry(store, config, push=push)
 
 
 def cmd_once(config: Config, output: Path | None) -> int:
@@ -380,8 +389,13 @@ def cmd_serve(config: Config) -> int:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
     except WebConfigError as exc:
         return _fail_config([str(exc)])
+    push_status = None
+    if config.alertmanager_urls:  # serve only: once, check and parse never push
+        from exporter.sinks.status import PushStatus
+
+        push_status = PushStatus(config.alertmanager_urls)
     try:
-        scheduler, registry = build_runtime(config)
+        scheduler, registry = build_runtime(config, push_status)
     except ConfigError as exc:
         return _fail_config(exc.problems)
     stop = threading.Event()
@@ -393,6 +407,14 @@ def cmd_serve(config: Config) -> int:
         server = serve(config.listen_address, make_app(registry, web, healthy), web)
     except (OSError, ValueError) as exc:
         return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"])
+    pusher = None
+    if push_status is not None:
+        from exporter.sinks.alertmanager import AlertmanagerPusher, generator_url
+
+        tls = web.ssl_context is not None
+        origin = generator_url(config.listen_address, server.server_port, config.nodename, tls)
+        pusher = AlertmanagerPusher(scheduler.store, config, push_status, origin)
+        pusher.start()
     scheduler.start()
     log.info("serving", address=config.listen_address, port=server.server_port, tls=web.ssl_context is not None)
 
@@ -408,5 +430,7 @@ def cmd_serve(config: Config) -> int:
 
     stop_all()
     scheduler.shutdown()
+    if pusher is not None:
+        pusher.stop()  # resolves what it holds firing, within --alertmanager.timeout
     server.shutdown()
     return 0

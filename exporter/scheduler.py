@@ -87,6 +87,10 @@ class Scheduler:
             for name in job.names or (job.source.name,):
                 store.register(name, job.interval_seconds, job.max_age_seconds)
 
+    @property
+    def store(self) -> SnapshotStore:
+        return self._store
+
     def start(self) -> None:
         scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},

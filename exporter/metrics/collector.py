@@ -16,11 +16,12 @@ from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, process_families
-from exporter.metrics.health import health_families, state_file_families
+from exporter.metrics.health import health_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.model.devices import DeviceWatchState
 from exporter.model.kernel import KernelLogState
 from exporter.model.processes import ProcessInfo, ProcessSnapshot
+from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
 from exporter.watchdog.baseline import BASELINE_FILE
@@ -41,10 +42,17 @@ def _processes(view: StoreView) -> list[ProcessInfo] | None:
 
 
 class RocmCollector(Collector):
-    def __init__(self, store: SnapshotStore, config: Config, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        push: PushStatus | None = None,
+    ) -> None:
         self._store = store
         self._config = config
         self._clock = clock
+        self._push = push  # the Alertmanager push's health, when --alertmanager.url is set
 
     def collect(self) -> Iterator[Metric]:
         view = self._store.view(self._clock())
@@ -73,9 +81,16 @@ class RocmCollector(Collector):
         if corrupt:
             yield from state_file_families(corrupt, unsaved)
         yield from health_families(view, self._config.nodename)
+        if self._push is not None:
+            yield from push_families(self._push.view())
 
 
-def make_registry(store: SnapshotStore, config: Config, clock: Callable[[], float] = time.time) -> CollectorRegistry:
+def make_registry(
+    store: SnapshotStore,
+    config: Config,
+    clock: Callable[[], float] = time.time,
+    push: PushStatus | None = None,
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RocmCollector(store, config, clock))
+    registry.register(RocmCollector(store, config, clock, push))
     return registry

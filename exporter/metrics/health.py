@@ -1,4 +1,5 @@
-"""The exporter's own health: per-source up, duration, last success, failures, staleness; build info."""
+"""The exporter's own health: per-source up, duration, last success, failures, staleness; build info; the
+Alertmanager push."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client.core import Metric
 from exporter import __version__
 from exporter.metrics import names
 from exporter.metrics.families import new_family
+from exporter.sinks.status import PushView
 from exporter.store import StoreView
 
 
@@ -45,3 +47,17 @@ def state_file_families(corrupt: Mapping[str, bool], unsaved: Mapping[str, bool]
         for file in sorted(flags):
             family.add_metric([file], 1 if flags[file] else 0)
         yield family
+
+
+def push_families(view: PushView) -> Iterator[Metric]:
+    """The Alertmanager push (--alertmanager.url): POSTs by result from zero, last success, alerts held firing."""
+    pushes = new_family(names.ALERTMANAGER_PUSHES)
+    last_success = new_family(names.ALERTMANAGER_LAST_SUCCESS)
+    for target in view.targets:
+        pushes.add_metric([target.alertmanager, "success"], target.successes)
+        pushes.add_metric([target.alertmanager, "failure"], target.failures)
+        if target.last_success is not None:
+            last_success.add_metric([target.alertmanager], target.last_success)
+    firing = new_family(names.ALERTMANAGER_FIRING)
+    firing.add_metric([], view.firing)
+    yield from (pushes, last_success, firing)

@@ -151,6 +151,22 @@ HOST_INFO = Spec(
     "The host this exporter watches ($NODE_NAME or the hostname, --host.name), 1: join on instance to name the host",
     ("nodename",),
 )
+# Direct push to Alertmanager (--alertmanager.url; only when it is set). alertmanager: scheme://host:port of the URL.
+ALERTMANAGER_PUSHES = Spec(
+    "rocm_watchdog_alertmanager_pushes_total",
+    "POSTs of alerts to the Alertmanager (--alertmanager.url), by result (success, failure); retries count too",
+    ("alertmanager", "result"),
+    "counter",
+)
+ALERTMANAGER_LAST_SUCCESS = Spec(
+    "rocm_watchdog_alertmanager_last_success_timestamp_seconds",
+    "Unix time of the last successful POST to the Alertmanager (only moves while there are alerts to send)",
+    ("alertmanager",),
+)
+ALERTMANAGER_FIRING = Spec(
+    "rocm_watchdog_alertmanager_alerts_firing",
+    "Alerts the exporter keeps firing in Alertmanager: active root device-watchdog conditions that alert",
+)
 STATE_FILE_UNSAVED = Spec(
     "rocm_watchdog_state_file_unsaved",
     "1 when the last write of a state file failed: its state lives in memory only until a write succeeds",

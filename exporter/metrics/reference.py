@@ -65,7 +65,7 @@ def render() -> str:
         "",
         "## Kernel-log classes",
         "",
-        "The `class` label of `rocm_kernel_events_total` (contract section 3); `pci_bus=\"unknown\"` holds events",
+        'The `class` label of `rocm_kernel_events_total` (contract section 3); `pci_bus="unknown"` holds events',
         "no GPU could be attributed to. `rocm_kernel_pcie_aer_errors_total` splits `pcie_aer` by `aer_severity`: "
         + ", ".join(f"`{s}`" for s in AER_SEVERITIES)
         + ".",
