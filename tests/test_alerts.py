@@ -740,3 +740,36 @@ def test_kernel_lines_fire_their_alerts(tmp_path: Path, processes: list[subproce
         assert a["nodename"] == "gpu-node-7" and a["severity"] in ("critical", "warning")
     # the exporter's own health stayed quiet
     assert not [a for a in got if a["watchdog"] == "self"], got
+
+
+def test_three_changes_on_an_8_gpu_host_give_three_alerts(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """The issue's measurement (34 alerts, 12 critical, before causes were grouped): a render gid change, a GPU
+    removed (the others renumbered) and /dev/kfd made 0666 on one 8-GPU host give one alert per cause."""
+    from test_causes import BDFS, eight_gpus, remove_first_gpu
+
+    root = eight_gpus(tmp_path)
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("")
+    prom = start_prometheus(tmp_path, start_exporter(root, kernel_log, processes), processes)
+    wait_scraped(prom)
+    root.set_gid("render", 110)
+    root.chmod("kfd", 0o666)
+    remove_first_gpu(root)
+
+    expected = {
+        ("RocmRenderGroupGidChanged", "render"),
+        ("RocmGpuMissing", BDFS[0]),
+        ("RocmDeviceNodePermissionDrift", "/dev/kfd"),
+    }
+    got: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = {(a["alertname"], a.get("subject", "")) for a in firing(prom)}
+        if expected <= got:
+            time.sleep(3)  # anything else would fire within a few more evaluations
+            got = {(a["alertname"], a.get("subject", "")) for a in firing(prom)}
+            break
+        time.sleep(0.5)
+    assert got == expected, got
