@@ -173,3 +173,42 @@ def test_severity_of_every_condition_comes_from_the_table(host: tuple[FakeRoot, 
     remove_first_gpu(root)
     for c in collect(src).active():
         assert c.severity == KINDS[c.kind].severity
+
+
+def pod_dev(root: FakeRoot, keep: set[str]) -> None:
+    """The /dev a container gets with `--device`: only the given nodes, no udev by-path links."""
+    import shutil
+
+    shutil.rmtree(root.dev / "dri" / "by-path")
+    for path in sorted((root.dev / "dri").iterdir()):
+        if f"dri/{path.name}" not in keep:
+            path.unlink()
+
+
+def test_check_in_a_pod_judges_only_what_the_pod_was_given(
+    host: tuple[FakeRoot, DevicesSource], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = host
+    pod_dev(root, {"dri/renderD130"})
+    assert run_check(root.config(), True, {}) == 0, capsys.readouterr().out
+    report = json.loads(capsys.readouterr().out)
+    assert not [c for c in report["conditions"] if c["condition"] == "node_missing"]
+    assert any("not given to this container" in n and "/dev/dri/renderD128" in n for n in report["notes"])
+
+
+def test_check_in_a_pod_on_a_partitioned_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = build_root(tmp_path, capture_gpus("mi300x-cpx-8gpu"), others=[FakeOther.bmc("0000:c2:00.0", card=0)])
+    collect(DevicesSource(root.config(), clock=lambda: T0))  # the daemon's baseline, every node of the host
+    pod_dev(root, {"dri/renderD128"})
+    assert run_check(root.config(), False, {}) == 0, capsys.readouterr().out
+
+
+def test_check_in_a_pod_still_reports_a_node_gone_from_the_host(
+    host: tuple[FakeRoot, DevicesSource], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = host
+    root.remove_gpu(BDFS[-1])  # the last GPU: nothing renumbers, its nodes are gone from sysfs and /dev
+    pod_dev(root, {"dri/renderD128"})
+    assert run_check(root.config(), True, {}) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert {c["condition"] for c in report["causes"] if c["severity"] != "info"} == {"gpu_missing"}

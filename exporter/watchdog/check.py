@@ -123,6 +123,17 @@ def _pick_gids(nodes: Sequence[DeviceNode]) -> tuple[list[int], list[str]]:
     return sorted(chosen), unfixable
 
 
+def sysfs_nodes(sysfs: SysfsSnapshot) -> set[str]:
+    """Host paths of the device nodes the host's sysfs has: /dev/kfd and every DRM minor, GPUs, spare partitions
+    and foreign devices alike."""
+    minors = [m for g in sysfs.gpus for m in (g.card, g.render) if m is not None]
+    minors += [m for o in (*sysfs.other_drm, *sysfs.idle_partitions) for m in o.minors]
+    paths = {f"/dev/dri/{m.name}" for m in minors}
+    if sysfs.kfd_dev is not None:
+        paths.add("/dev/kfd")
+    return paths
+
+
 def _condition_json(c: Condition) -> dict[str, Any]:
     return {
         "condition": c.kind,
@@ -202,6 +213,16 @@ def build_report(
 
     conditions, _ = evaluate(sysfs, devices, baseline, None, now)
     active = [c for c in conditions if c.active]
+    # A container is given a subset of the host's nodes: one the host's sysfs still has was not given to this
+    # process, which is no problem of it (a node absent from sysfs too is gone, and stays a problem).
+    on_host = sysfs_nodes(sysfs)
+    not_given = sorted(c.subject for c in active if c.kind == "node_missing" and c.subject in on_host)
+    active = [c for c in active if not (c.kind == "node_missing" and c.subject in on_host)]
+    if not_given:
+        notes.append(
+            f"{len(not_given)} device node(s) of the baseline exist on the host (sysfs) but not under "
+            "/dev: not given to this container (on a host: udev did not create them): " + ", ".join(not_given)
+        )
     causes = group_causes(active)
     for cause in causes:
         (notes if cause["severity"] == "info" else problems).append(cause["message"])
