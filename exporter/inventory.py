@@ -6,7 +6,7 @@ order given (the collector passes amd-smi before rocm-smi). A field no source kn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -133,16 +133,31 @@ def merge_gpus(sysfs: SysfsSnapshot | None, reports: Sequence[SmiReport]) -> tup
     return tuple(views[k] for k in sorted(views))
 
 
+def physical_gpu(pci_bus: str, known: Collection[str]) -> str:
+    """The physical GPU of a partition: function 0 of its PCI device when that is a known GPU too (MI300-class
+    partitions take the function bits of their GPU's address), else the address itself."""
+    base = pci_bus[:-1] + "0"
+    return base if base != pci_bus and base in known else pci_bus
+
+
 def merge_links(reports: Sequence[SmiReport]) -> tuple[LinkView, ...]:
-    """Every linked pair in both directions, keyed by PCI address; the first report to name a pair wins."""
+    """Every linked pair of physical GPUs in both directions, keyed by PCI address; the first report to name a
+    pair wins. Partitions share their GPU's links: a CPX MI300X node lists 64 x 63 partition pairs, which say
+    nothing the 8 x 7 pairs of the physical GPUs do not, so links are reported between physical GPUs only."""
     links: dict[tuple[str, str], LinkView] = {}
     for report in reports:
         by_index = {g.index: normalize_bdf(g.pci_bus) for g in report.gpus}
+        known = {b for b in by_index.values() if b}
+        pairs = []
         for link in report.links:
             a = normalize_bdf(link.a_pci_bus) or by_index.get(link.a)
             b = normalize_bdf(link.b_pci_bus) or by_index.get(link.b)
-            if a is None or b is None or a == b:
-                continue
+            if a is not None and b is not None:
+                pa, pb = physical_gpu(a, known), physical_gpu(b, known)
+                if pa != pb:
+                    pairs.append(((pa, pb) != (a, b), pa, pb, link))
+        # the link between the physical functions themselves first, then what partitions say
+        for _, a, b, link in sorted(pairs, key=lambda p: p[0]):
             for x, y in ((a, b), (b, a)):
                 links.setdefault((x, y), LinkView(x, y, link.type, link.weight, link.hops))
     return tuple(links[k] for k in sorted(links))
