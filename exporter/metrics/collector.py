@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -25,6 +26,18 @@ from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
 from exporter.watchdog.baseline import BASELINE_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of families built from the entries of ``inputs`` (None: every source). ``health``: from the
+    sources' health, not their data; ``volatile``: from state outside the store, built on every scrape."""
+
+    name: str
+    inputs: tuple[str, ...] | None
+    build: Callable[[StoreView], Iterator[Metric]]
+    health: bool = False
+    volatile: bool = False
 
 
 def _processes(view: StoreView) -> list[ProcessInfo] | None:
@@ -54,33 +67,70 @@ class RocmCollector(Collector):
         self._clock = clock
         self._push = push  # the Alertmanager push's health, when --alertmanager.url is set
 
+    def sections(self) -> tuple[Section, ...]:
+        """The exposition in the order it is served, as sections each built from a few sources' entries: the
+        rendering cache (``exporter.metrics.exposition``) re-renders a section only when those entries change."""
+        every = None  # every source: the section reads all of them
+        out = [
+            Section("gpus", ("amd-smi", "rocm-smi", "sysfs"), self._gpus),
+            Section("processes", ("processes", "amd-smi", "rocm-smi"), self._processes),
+            Section("devices", ("devices",), self._devices),
+            Section("kernel", every, self._kernel),
+            Section("state-files", ("devices", "kernel-log"), self._state_files),
+            Section("health", every, self._health, health=True),
+        ]
+        if self._push is not None:
+            out.append(Section("push", every, self._push_health, volatile=True))
+        return tuple(out)
+
     def collect(self) -> Iterator[Metric]:
         view = self._store.view(self._clock())
+        for section in self.sections():
+            yield from section.build(view)
+
+    def view(self) -> StoreView:
+        return self._store.view(self._clock())
+
+    def _gpus(self, view: StoreView) -> Iterator[Metric]:
         gpus = gpu_inventory(view)
         if gpus is not None:
             yield from gpu_families(gpus, merge_links(smi_reports(view)))
+
+    def _processes(self, view: StoreView) -> Iterator[Metric]:
         processes = _processes(view)
         if processes is not None:
             yield from process_families(processes, self._config.top_processes)
+
+    def _devices(self, view: StoreView) -> Iterator[Metric]:
         devices = view.fresh_data("devices")
         yield from device_families(devices if isinstance(devices, DeviceWatchState) else None)
-        corrupt: dict[str, bool] = {}
-        unsaved: dict[str, bool] = {}
-        if isinstance(devices, DeviceWatchState):
-            corrupt[BASELINE_FILE] = devices.baseline_corrupt is not None
-            unsaved[BASELINE_FILE] = devices.baseline_unsaved
+
+    def _kernel(self, view: StoreView) -> Iterator[Metric]:
         # Kernel-log counters are cumulative counts of what was read: they stay exported when the reader
         # fails (its health series say so), so increase() keeps working across a reader outage.
         entry = view.entries.get("kernel-log")
-        kernel = entry.data if entry is not None and isinstance(entry.data, KernelLogState) else None
         if entry is not None:
+            kernel = entry.data if isinstance(entry.data, KernelLogState) else None
             yield from kernel_families(kernel, known_gpus(view))
-        if kernel is not None:
-            corrupt[CURSOR_FILE] = kernel.cursor_corrupt
-            unsaved[CURSOR_FILE] = kernel.cursor_unsaved
+
+    def _state_files(self, view: StoreView) -> Iterator[Metric]:
+        corrupt: dict[str, bool] = {}
+        unsaved: dict[str, bool] = {}
+        devices = view.fresh_data("devices")
+        if isinstance(devices, DeviceWatchState):
+            corrupt[BASELINE_FILE] = devices.baseline_corrupt is not None
+            unsaved[BASELINE_FILE] = devices.baseline_unsaved
+        entry = view.entries.get("kernel-log")
+        if entry is not None and isinstance(entry.data, KernelLogState):
+            corrupt[CURSOR_FILE] = entry.data.cursor_corrupt
+            unsaved[CURSOR_FILE] = entry.data.cursor_unsaved
         if corrupt:
             yield from state_file_families(corrupt, unsaved)
+
+    def _health(self, view: StoreView) -> Iterator[Metric]:
         yield from health_families(view, self._config.nodename)
+
+    def _push_health(self, view: StoreView) -> Iterator[Metric]:
         if self._push is not None:
             yield from push_families(self._push.view())
 
