@@ -17,7 +17,7 @@ from prometheus_client.core import Metric
 from exporter.config import Config
 from exporter.metrics.kernel import kernel_families
 from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
-from exporter.sources import SourceError
+from exporter.sources import SourceError, kernel_log
 from exporter.sources.kernel_log import (
     CURSOR_FILE,
     FdReader,
@@ -580,4 +580,46 @@ def test_a_recreated_fifo_is_reopened(host: Host, fifo: Fifo) -> None:
     again.write(reset_begin(2, A))
     assert counts(src.collect()) == {(A, "gpu_reset_begin"): 2}
     again.close()
+    src.close()
+
+
+def test_a_fifo_nobody_writes_to_fails_the_source_after_a_grace(host: Host, fifo: Fifo) -> None:
+    """A kmsg-relay that died leaves the exporter blind: the source says so, and recovers when a writer is back."""
+    clock = [1000.0]
+    src = host.source(monotonic_clock=lambda: clock[0])
+    src.collect()  # no writer yet: normal for a moment (the relay connects after the exporter opened the FIFO)
+    clock[0] += kernel_log.FIFO_WRITER_GRACE_SECONDS - 1
+    src.collect()
+    clock[0] += 1
+    with pytest.raises(SourceError, match="no process has had the FIFO open for writing"):
+        src.collect()
+    fifo.write(reset_begin(0, A))
+    assert counts(src.collect()) == {(A, "gpu_reset_begin"): 1}  # a writer again: back, nothing missed
+    clock[0] += 60
+    src.collect()  # the writer is still there: no data is no failure
+    fifo.close()
+    src.collect()
+    clock[0] += kernel_log.FIFO_WRITER_GRACE_SECONDS
+    with pytest.raises(SourceError, match="kmsg-relay"):
+        src.collect()
+    src.close()
+
+
+def test_a_kmsg_record_cut_by_the_read_budget_keeps_its_dictionary(
+    host: Host, fifo: Fifo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a FIFO a read may end between a record and its DEVICE= line; the record waits for the next read
+    instead of being counted without its device (two GPUs: without DEVICE= it would go to unknown)."""
+    record = kmsg(7, "amdgpu: GPU reset begin!", 6, device=B)
+    header = record.split(b"\n", 1)[0] + b"\n"
+    monkeypatch.setattr(kernel_log, "KMSG_READ_SIZE", len(header))
+    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", len(header))
+    src = host.source()
+    src.collect()
+    fifo.write(record)
+    assert counts(src.collect()) == {}  # the header only: held, not counted without its dictionary
+    monkeypatch.setattr(kernel_log, "KMSG_READ_SIZE", 16384)
+    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", 8 << 20)
+    state = src.collect()
+    assert counts(state) == {(B, "gpu_reset_begin"): 1} and state.last_seq == 7
     src.close()

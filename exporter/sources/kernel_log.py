@@ -1,6 +1,7 @@
 """The kernel-log source: reads ``/dev/kmsg`` (or a FIFO, or a followed dmesg/journal file) without blocking,
 classifies every kernel record, counts events per (GPU, class) exactly once across restarts, and returns an
-immutable cumulative ``KernelLogState``.
+immutable cumulative ``KernelLogState``. In a non-root pod the FIFO is a kmsg-relay's: its kmsg records carry
+their sequence numbers, so they get the same exactly-once and lost-record bookkeeping as ``/dev/kmsg`` itself.
 
 Exactly once: the cursor (boot id and last kmsg sequence number, or the followed file's device, inode and
 offset) is persisted in ``--state.dir`` together with the counts and the events still waiting for their
@@ -45,6 +46,9 @@ MAX_LINE_BYTES = 64 << 10  # a "line" longer than this without a newline is not 
 CURSOR_FILE = "kernel-log-cursor.json"
 CURSOR_VERSION = 1
 MAX_WARNINGS = 20
+# A FIFO nobody writes to reads as end of file. Briefly normal (the kmsg-relay reconnects after the exporter
+# opened the FIFO, or restarts); for longer, the exporter is blind: the source fails until a writer is back.
+FIFO_WRITER_GRACE_SECONDS = 10.0
 AMD_VENDOR = 0x1002
 
 
@@ -78,6 +82,7 @@ class ReadResult:
     overrun_at: list[int] = field(default_factory=list)  # len(records) when each EPIPE came
     warnings: list[str] = field(default_factory=list)
     lines_unparsed: int = 0
+    writer_gone: bool = False  # a FIFO read returned end of file: no process has it open for writing
 
 
 def _cap_partial(partial: bytes, out: ReadResult) -> bytes:
@@ -114,12 +119,14 @@ class StreamReader:
         unparsed_before = self.parser.lines_unparsed
         warned_before = len(self.parser.warnings)
         budget = MAX_BYTES_PER_COLLECT
+        drained = False
         for _ in range(MAX_READS_PER_COLLECT):
             if budget <= 0:
                 break
             try:
                 data = self.raw.read(KMSG_READ_SIZE)
             except BlockingIOError:
+                drained = True
                 break
             except BrokenPipeError:
                 out.records.extend(self.parser.flush())
@@ -129,10 +136,15 @@ class StreamReader:
             except InterruptedError:
                 continue
             if not data:
+                drained = out.writer_gone = True
                 break
             budget -= len(data)
             self._lines(data, out)
-        out.records.extend(self.parser.flush())
+        # A kmsg record read last is complete once nothing more is pending (a kmsg-relay writes each record in one
+        # write). Cut off by the budget, its dictionary lines (DEVICE=) may still be in the FIFO: held for the
+        # next call, which continues the same stream.
+        if drained:
+            out.records.extend(self.parser.flush())
         out.lines_unparsed += self.parser.lines_unparsed - unparsed_before
         out.warnings = self.parser.warnings[warned_before:]
         del self.parser.warnings[:]
@@ -388,6 +400,7 @@ class KernelLogSource:
         self._count_initial_gap = False
         self._stream_ident: tuple[int, int] | None = None
         self._overrun_pending = False
+        self._no_writer_since: float | None = None
         self._records_read = 0
         self._records_ignored = 0
         self._lines_unparsed = 0
@@ -444,8 +457,8 @@ class KernelLogSource:
             raise SourceError(
                 f"cannot open {path}: permission denied. Reading /dev/kmsg needs CAP_SYSLOG when "
                 "kernel.dmesg_restrict=1 (run as root, or as a user with AmbientCapabilities=CAP_SYSLOG in the "
-                "systemd unit; in Kubernetes add CAP_SYSLOG and mount the host's /dev/kmsg); a log file needs "
-                "read permission (usually group adm or systemd-journal)"
+                "systemd unit; a non-root container never has it: run `rocm-watchdog kmsg-relay` beside it and "
+                "read its FIFO); a log file needs read permission (usually group adm or systemd-journal)"
             ) from exc
         except OSError as exc:
             raise SourceError(f"cannot open {path}: {exc.strerror or exc}") from exc
@@ -456,6 +469,7 @@ class KernelLogSource:
         else:
             self._reader, self._kind = StreamReader(FdReader(fd), None), "fifo"
         self._stream_ident = (st.st_dev, st.st_ino)
+        self._no_writer_since = None
 
     def _fifo_replaced(self) -> bool:
         """A FIFO path that now names another FIFO (the writer recreated it): ours will never see data again."""
@@ -569,7 +583,24 @@ class KernelLogSource:
             self._dirty = True
         if self._dirty:
             self._persist()
+        self._check_fifo_writer(result)
         return self.state()
+
+    def _check_fifo_writer(self, result: ReadResult) -> None:
+        """SourceError when the FIFO has had no writer (the kmsg-relay) for FIFO_WRITER_GRACE_SECONDS."""
+        if self._kind != "fifo" or not result.writer_gone or result.records:
+            self._no_writer_since = None
+            return
+        now = self._mono()
+        if self._no_writer_since is None:
+            self._no_writer_since = now
+            return
+        absent = now - self._no_writer_since
+        if absent >= FIFO_WRITER_GRACE_SECONDS:
+            raise SourceError(
+                f"{self.path}: no process has had the FIFO open for writing for {absent:.0f} s; nothing is read "
+                "(is the kmsg-relay running?)"
+            )
 
     def _persist(self) -> None:
         cur = self._cursor
