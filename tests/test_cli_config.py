@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kustomize
 import pytest
-import yaml
 
 from exporter.cli import ConfigError, build_config, build_parser
 
@@ -123,13 +123,12 @@ def test_once_output_that_cannot_be_written_exits_2(tmp_path: Path) -> None:
 
 def test_the_shipped_deployments_use_flags_the_cli_accepts() -> None:
     project = Path(__file__).resolve().parents[1]
-    docs = list(yaml.safe_load_all((project / "deploy" / "kubernetes" / "daemonset.yaml").read_text()))
-    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    c = build_config(build_parser().parse_args(container["args"]))
-    assert c.rootfs == Path("/host") and c.sysfs == Path("/host/sys") and c.devfs == Path("/host/dev")
-    assert not c.collectors["amd-smi"]
-    unit = (project / "deploy" / "rocm-watchdog.service").read_text()
+    for overlay in kustomize.DAEMONSET_OVERLAYS:  # the DaemonSet as kustomize renders it (tests/test_kubernetes.py)
+        exporter = kustomize.container(kustomize.render(overlay), "rocm-watchdog")
+        c = build_config(build_parser().parse_args(exporter["args"]))
+        assert c.rootfs == Path("/host") and c.sysfs == Path("/host/sys") and c.devfs == Path("/host/dev")
+        assert not c.collectors["amd-smi"]
+    unit = (project / "deploy" / "systemd" / "rocm-watchdog.service").read_text()
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     args = exec_start.split()[1:]
     assert build_config(build_parser().parse_args(args)).state_dir == Path("/var/lib/rocm-watchdog")
