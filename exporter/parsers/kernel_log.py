@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple, Protocol
 
 from exporter.model import ParseError
 from exporter.model.kernel import KernelRecord
@@ -206,7 +207,15 @@ def _journal_json_record(obj: dict[str, object], lineno: int) -> KernelRecord | 
     )
 
 
+# What _DMESG reads from a line that opens with "[ mono]" (the usual dmesg line), without trying its other forms.
+_DMESG_MONO = re.compile(r"\[\s*(\d+\.\d+)\](?: ?\[\s*[TC]\d+\])? ?(.*)")
+
+
 def _try_format(fmt: str, line: str, lineno: int) -> KernelRecord | None:
+    if fmt == "dmesg" and line[:1] == "[":
+        m = _DMESG_MONO.match(line)
+        if m is not None:
+            return KernelRecord(line=lineno, text=m[2], monotonic_seconds=float(m[1]))
     if fmt == "kmsg":
         m = _KMSG.match(line)
         return _kmsg_record(m, lineno) if m else None
@@ -335,6 +344,159 @@ class KernelLogLineParser:
         self._last = record
         return [record]
 
+    def feed_chunk(
+        self, data: bytes, first_line: int, scanner: LineScanner | None
+    ) -> list[KernelRecord | SkippedRecords]:
+        """Complete lines (each ending in a newline, numbered from ``first_line``), scanned once for the rules'
+        literals: lines that hold none and are plain kernel records of the detected format become
+        ``SkippedRecords`` without being decoded or parsed; every other line goes through ``feed``. The result
+        is what ``feed`` gives line by line, with runs of such records in place of the records themselves.
+        """
+        out: list[KernelRecord | SkippedRecords] = []
+        pos, size, line = 0, len(data), first_line
+        fast = _FAST.get(self.format or "") if scanner is not None else None
+        while fast is None and pos < size:  # the format is not known yet, or has no fast path
+            end = data.index(b"\n", pos)
+            out.extend(self.feed(data[pos:end].decode("utf-8", "replace"), line))
+            pos, line = end + 1, line + 1
+            fast = _FAST.get(self.format or "") if scanner is not None else None
+        if fast is None or pos >= size:
+            return out
+        assert scanner is not None and self.format is not None
+        simple, not_simple = fast
+        dmesg = self.format == "dmesg"
+        view = memoryview(data)[pos:]
+        starts = [pos + offset for offset in scanner.find(view)]
+        # Terminal colour codes are removed before matching, which can join a literal: such lines are candidates.
+        esc = data.find(b"\x1b", pos)
+        while esc >= 0:
+            starts.append(esc)
+            esc = data.find(b"\x1b", esc + 1)
+        if len(starts) > 1:
+            starts.sort()
+        for hit in starts:
+            if hit < pos:
+                continue  # the line of this hit was handled with an earlier one
+            begin = data.rfind(b"\n", pos, hit) + 1 or pos
+            end = data.index(b"\n", hit)
+            if begin > pos:
+                line = self._plain_records(data, pos, begin, line, simple, not_simple, out)
+            text = data[begin:end].decode("utf-8", "replace").rstrip()
+            record = None
+            if "\x1b" not in text:  # what feed() gives a line its detected format reads, without the detours
+                m = _DMESG_MONO.match(text) if dmesg and text[:1] == "[" else None
+                if m is not None:  # the usual dmesg line, read as _try_format reads it
+                    record = KernelRecord(line=line, text=m[2], monotonic_seconds=float(m[1]))
+                else:
+                    record = _try_format(self.format, text, line)
+            if record is not None:
+                out.append(record)
+                self._last = record
+            else:
+                out.extend(self.feed(text, line))
+            pos, line = end + 1, line + 1
+        self._plain_records(data, pos, size, line, simple, not_simple, out)
+        return out
+
+    def _plain_records(
+        self,
+        data: bytes,
+        pos: int,
+        stop: int,
+        line: int,
+        simple: re.Pattern[bytes],
+        not_simple: re.Pattern[bytes],
+        out: list[KernelRecord | SkippedRecords],
+    ) -> int:
+        """Lines ``data[pos:stop]`` hold no literal: runs of plain kernel records become ``SkippedRecords``, the
+        other lines (continuations, blank or unreadable lines, user-space records) go through ``feed``. Returns
+        the number of the line at ``stop``."""
+        assert self.format is not None
+        while pos < stop:
+            if simple.match(data, pos) is None:
+                other = pos
+            else:
+                m = not_simple.search(data, pos, stop - 1)  # a newline followed by a line that is not plain
+                other = m.start() + 1 if m is not None else stop
+            if other > pos:
+                count = data.count(b"\n", pos, other)
+                out.append(SkippedRecords(count, line, self.format, data, pos, other))
+                last = data.rfind(b"\n", pos, other - 1) + 1 or pos
+                text = data[last : other - 1].decode("utf-8", "replace").rstrip()
+                self._last = _try_format(self.format, text, line + count - 1)  # a continuation line's metadata
+                line += count
+            if other >= stop:
+                break
+            end = data.index(b"\n", other)
+            out.extend(self.feed(data[other:end].decode("utf-8", "replace"), line))
+            pos, line = end + 1, line + 1
+        return line
+
+
+class LineScanner(Protocol):
+    """Finds the rules' literals in raw log bytes (``KernelRules.line_scanner``)."""
+
+    def find(self, data: bytes | memoryview) -> Sequence[int]:
+        """Offsets where a literal occurs; every line some rule can match holds at least one."""
+        ...
+
+
+# Lines that are plainly one record from the kernel in a format with a fast path: read by the format's own
+# pattern on the first try (a subset of what it accepts), from the kernel (dmesg <0-7> / kern, journal
+# identifier "kernel"), no continuation, no dictionary line. Anything else takes the line-by-line path.
+_SIMPLE = {
+    "dmesg": rb"(?:<[0-7]>|kern *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )?"
+    rb"(?:\[ *\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\])",
+    # the host must not look like an identifier ("foo: kernel: x" is identifier foo), so no ":", "[" or "]"
+    "journal-short": rb"(?:[A-Za-z]{2,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? +(?:[^\s:\[\]]+ +)?)?kernel: ",
+    "journal-rfc3339": rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) \S+ kernel: ",
+}
+_FAST = {fmt: (re.compile(p), re.compile(rb"\n(?!" + p + rb")")) for fmt, p in _SIMPLE.items()}
+_AMDGPU_PREFIX = re.compile(rb"amdgpu ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SkippedRecords:
+    """Consecutive records from the kernel in which no rule literal occurs: they are counted, not parsed.
+
+    The classifier still learns the GPUs their amdgpu prefixes name, and takes the records one by one while a
+    look-ahead waits (their timestamps decide when it expires).
+    """
+
+    count: int
+    first_line: int
+    format: str
+    data: bytes = field(repr=False)
+    start: int = field(repr=False)
+    end: int = field(repr=False)
+
+    def records(self) -> Iterator[KernelRecord]:
+        pos, line = self.start, self.first_line
+        while pos < self.end:
+            end = self.data.index(b"\n", pos)
+            record = _try_format(self.format, self.data[pos:end].decode("utf-8", "replace").rstrip(), line)
+            if record is not None:
+                yield record
+            pos, line = end + 1, line + 1
+
+    def amdgpu_devices(self, known: Collection[str]) -> set[str]:
+        """The GPUs named by an amdgpu dev_printk prefix of these records that are not in ``known``."""
+        found = {bdf.decode().lower() for bdf in set(_AMDGPU_PREFIX.findall(self.data, self.start, self.end))}
+        new = found.difference(known)
+        if not new:
+            return set()
+        out: set[str] = set()
+        for m in _AMDGPU_PREFIX.finditer(self.data, self.start, self.end):  # the prefix must open the message
+            if m[1].decode().lower() in new:
+                begin = self.data.rfind(b"\n", self.start, m.start()) + 1 or self.start
+                end = self.data.index(b"\n", m.start())
+                text = self.data[begin:end].decode("utf-8", "replace").rstrip()
+                record = _try_format(self.format, text, 0)
+                bdf = amdgpu_device(record.text) if record is not None else None
+                if bdf is not None:
+                    out.add(bdf)
+        return out.difference(known)
+
 
 def _dmesg_json_records(doc: dict[str, object], text: str) -> Iterator[KernelRecord]:
     entries = doc.get("dmesg")
@@ -386,18 +548,53 @@ def parse_kernel_log_records(text: str) -> KernelLogParse:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageParts:
-    """A message split into the device prefix and the text the class rules match."""
+class KernelLogItems:
+    format: str | None
+    items: tuple[KernelRecord | SkippedRecords, ...]
+    warnings: tuple[str, ...]
+
+
+# Line ends str.splitlines() knows besides "\n" (and "\r\n", which the parser's rstrip() makes the same).
+_OTHER_LINE_ENDS = re.compile("\r(?!\n)|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def parse_kernel_log_items(text: str, scanner: LineScanner | None) -> KernelLogItems:
+    """``parse_kernel_log_records`` with the lines that hold no rule literal skipped (``feed_chunk``)."""
+    data = b""
+    if scanner is not None and not _OTHER_LINE_ENDS.search(text):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: the bytes would not decode back to the same lines
+            scanner = None
+    stripped = text.lstrip()
+    if scanner is None or not data or (stripped.startswith("{") and '"dmesg"' in stripped[:200]):
+        parsed = parse_kernel_log_records(text)
+        return KernelLogItems(parsed.format, parsed.records, parsed.warnings)
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    parser = KernelLogLineParser()
+    items = parser.feed_chunk(data, 1, scanner)
+    items.extend(parser.flush())
+    if not items and parser.lines_unparsed:
+        raise ParseError("not a kernel log in any known format (kmsg, dmesg, journal)", 1)
+    return KernelLogItems(parser.format, tuple(items), tuple(parser.warnings))
+
+
+class MessageParts(NamedTuple):
+    """A message split into the device prefix and the text the class rules match. A named tuple: one is made
+    per candidate line, and a frozen dataclass costs a setattr call per field."""
 
     driver: str | None  # "amdgpu", "pcieport", ... when the line carries a dev_printk prefix
     bdf: str | None
     body: str  # prefix, "amdgpu: ", DRM tag, "[powerplay] " stripped
-    tags: tuple[str, ...] = field(default_factory=tuple)
+    tags: tuple[str, ...] = ()
+    start: int = 0  # where the body begins in the message
 
 
 # "drmn0: " is the FreeBSD drm-kmod device name (it names no PCI address); "kfd: " is the old amdkfd pr_fmt.
+# Matched at a position (no "^"): Pattern.match(text, pos) anchors there without copying the rest of the text.
 _TAGS = re.compile(
-    r"^(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|kfd: |drmn\d+: |\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?"
+    r"(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|kfd: |drmn\d+: |\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?"
     r"|\[drm ERROR :[\w.]+\] |\[powerplay\] |\{\d+\})"
 )
 
@@ -405,17 +602,26 @@ _TAGS = re.compile(
 def split_message(text: str) -> MessageParts:
     """Strip the dev_printk prefix, the ``amdgpu:`` dev_fmt, a DRM tag and a RAS ``{event id}``."""
     driver = bdf = None
-    body = text
-    m = DEVICE_PREFIX.match(body)
+    pos, end = 0, len(text)
+    m = DEVICE_PREFIX.match(text)
     if m is not None:
-        driver, bdf, body = m["drv"], normalize_bdf(m["bdf"]), m["rest"]
+        # the prefix pattern admits 4-digit domains only, so lower() is what normalize_bdf() would give
+        driver, bdf, pos, end = m["drv"], m["bdf"].lower(), m.start("rest"), m.end("rest")
     tags = []
     for _ in range(5):  # "drmn0: [drm] *ERROR* [drm ERROR :f] ..." stacks at most a few tags
-        t = _TAGS.match(body)
-        if t is None or not t.group(0):
+        t = _TAGS.match(text, pos, end)
+        if t is None or t.end() == pos:
             break
         tags.append(t.group(0).strip())
-        body = body[t.end() :]
+        pos = t.end()
     if driver is None and tags and tags[0].startswith("amdgpu:"):
         driver = "amdgpu"
-    return MessageParts(driver, bdf, body, tuple(tags))
+    return MessageParts(driver, bdf, text[pos:end], tuple(tags), pos)
+
+
+def amdgpu_device(text: str) -> str | None:
+    """The GPU an amdgpu dev_printk line names (``amdgpu 0000:03:00.0: ...``), lower-case; None for other lines."""
+    if not text.startswith("amdgpu "):
+        return None
+    m = DEVICE_PREFIX.match(text)
+    return m["bdf"].lower() if m is not None else None

@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
 from exporter.config import Config
 from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
-from exporter.parsers.kernel_log import KernelLogLineParser
+from exporter.parsers.kernel_log import KernelLogLineParser, LineScanner, SkippedRecords
 from exporter.sources import SourceError
 from exporter.statefile import write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity
@@ -75,9 +75,12 @@ class FdReader:
         os.close(self.fd)
 
 
+Item = TypeVar("Item", KernelRecord, "KernelRecord | SkippedRecords")
+
+
 @dataclass(slots=True)
-class ReadResult:
-    records: list[KernelRecord] = field(default_factory=list)
+class ReadResult(Generic[Item]):
+    records: list[Item] = field(default_factory=list)  # a followed file also gives SkippedRecords
     overruns: int = 0  # EPIPE: the reader fell behind the ring buffer
     overrun_at: list[int] = field(default_factory=list)  # len(records) when each EPIPE came
     warnings: list[str] = field(default_factory=list)
@@ -85,7 +88,7 @@ class ReadResult:
     writer_gone: bool = False  # a FIFO read returned end of file: no process has it open for writing
 
 
-def _cap_partial(partial: bytes, out: ReadResult) -> bytes:
+def _cap_partial(partial: bytes, out: ReadResult[Item]) -> bytes:
     """An unterminated tail longer than any log line is not one: drop it with a warning, keep memory bounded."""
     if len(partial) <= MAX_LINE_BYTES:
         return partial
@@ -106,7 +109,7 @@ class StreamReader:
         self._partial = b""
         self._lineno = 0
 
-    def _lines(self, data: bytes, out: ReadResult) -> None:
+    def _lines(self, data: bytes, out: ReadResult[KernelRecord]) -> None:
         data = self._partial + data
         *complete, self._partial = data.split(b"\n")
         self._partial = _cap_partial(self._partial, out)
@@ -114,8 +117,8 @@ class StreamReader:
             self._lineno += 1
             out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
 
-    def read_available(self) -> ReadResult:
-        out = ReadResult()
+    def read_available(self) -> ReadResult[KernelRecord]:
+        out: ReadResult[KernelRecord] = ReadResult()
         unparsed_before = self.parser.lines_unparsed
         warned_before = len(self.parser.warnings)
         budget = MAX_BYTES_PER_COLLECT
@@ -161,9 +164,10 @@ class FileFollower:
     start. Truncation (the file is shorter than the offset): read again from the start.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, scanner: LineScanner | None = None) -> None:
         self.path = path
         self.parser = KernelLogLineParser()
+        self.scanner = scanner  # the rules' literal scan: lines without a literal are counted, not parsed
         self._fd: int | None = None
         self._ident: tuple[int, int] = (0, 0)  # (st_dev, st_ino)
         self.offset = 0  # end of the last complete line consumed
@@ -188,7 +192,7 @@ class FileFollower:
     def cursor(self) -> dict[str, object]:
         return {"dev": self._ident[0], "ino": self._ident[1], "offset": self.offset}
 
-    def _drain(self, out: ReadResult, budget: int) -> bool:
+    def _drain(self, out: ReadResult[KernelRecord | SkippedRecords], budget: int) -> bool:
         """Read up to ``budget`` bytes; True when the end of the file was reached."""
         assert self._fd is not None
         while budget > 0:
@@ -197,14 +201,15 @@ class FileFollower:
                 return True
             budget -= len(data)
             data = self._partial + data
-            *complete, self._partial = data.split(b"\n")
+            cut = data.rfind(b"\n") + 1
+            complete, self._partial = data[:cut], data[cut:]
             if len(self._partial) > MAX_LINE_BYTES:
                 self.offset += len(self._partial)  # skipped: the next line starts after it
             self._partial = _cap_partial(self._partial, out)
-            for raw_line in complete:
-                self._lineno += 1
-                self.offset += len(raw_line) + 1
-                out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
+            if complete:
+                out.records.extend(self.parser.feed_chunk(complete, self._lineno + 1, self.scanner))
+                self._lineno += complete.count(b"\n")
+                self.offset += len(complete)
         return False
 
     def _reopen(self) -> None:
@@ -216,8 +221,8 @@ class FileFollower:
         self._lineno = 0
         self.open(None)
 
-    def read_available(self) -> ReadResult:
-        out = ReadResult()
+    def read_available(self) -> ReadResult[KernelRecord | SkippedRecords]:
+        out: ReadResult[KernelRecord | SkippedRecords] = ReadResult()
         unparsed_before = self.parser.lines_unparsed
         assert self._fd is not None
         if os.fstat(self._fd).st_size < self.offset:  # truncated in place (copytruncate)
@@ -448,7 +453,7 @@ class KernelLogSource:
         try:
             st = os.stat(path)
             if stat.S_ISREG(st.st_mode):
-                follower = FileFollower(path)
+                follower = FileFollower(path, self.rules.line_scanner())
                 follower.open(self._cursor.file)
                 self._reader, self._kind = follower, "file"
                 return
@@ -562,6 +567,10 @@ class KernelLogSource:
         self._lines_unparsed += result.lines_unparsed
         overrun_at = set(result.overrun_at)
         for index, record in enumerate(result.records):
+            if isinstance(record, SkippedRecords):  # kernel records without any rule literal: counted only
+                self._records_read += record.count
+                self._count(self.classifier.skip(record), now)
+                continue
             if index in overrun_at:
                 self._overrun_pending = True
             if not self._take(record):
@@ -586,7 +595,7 @@ class KernelLogSource:
         self._check_fifo_writer(result)
         return self.state()
 
-    def _check_fifo_writer(self, result: ReadResult) -> None:
+    def _check_fifo_writer(self, result: ReadResult[KernelRecord] | ReadResult[KernelRecord | SkippedRecords]) -> None:
         """SourceError when the FIFO has had no writer (the kmsg-relay) for FIFO_WRITER_GRACE_SECONDS."""
         if self._kind != "fifo" or not result.writer_gone or result.records:
             self._no_writer_since = None

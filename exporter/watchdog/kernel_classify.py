@@ -11,6 +11,11 @@ Multi-line events count once on their anchor. Detail lines stay with the last an
 never count; a detail line with no open event (the log window began in the middle of an event) is dropped
 and counted in ``orphan_details``: counting it as an anchor would count a fault whose header we never saw
 and, after a restart inside an event, count it twice. Traps never count.
+
+A message is split and matched only when it holds one of the rules' required literals (one scan, see
+``kernel_literals``), and then only against the patterns whose literal it holds; it is split once. Readers
+hand over runs of records without any literal as ``SkippedRecords``: they count as records, name GPUs, and
+are fed one by one only while a look-ahead waits for a later record's timestamp.
 """
 
 from __future__ import annotations
@@ -18,15 +23,22 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from exporter.model.kernel import UNKNOWN_DEVICE, KernelEvent, KernelRecord
 from exporter.parsers.common import normalize_bdf
-from exporter.parsers.kernel_log import MessageParts, parse_kernel_log_records, split_message
+from exporter.parsers.kernel_log import (
+    MessageParts,
+    SkippedRecords,
+    amdgpu_device,
+    parse_kernel_log_items,
+    split_message,
+)
 from exporter.watchdog.kernel_rules import KernelRule, KernelRules, default_rules
 
 MatchKind = Literal["anchor", "followup", "detail", "trap", "none"]
 RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no timestamps
+MATCH_CACHE_SIZE = 4096  # messages whose match is remembered (emptied when full)
 
 
 _AER_UNCORRECTED = re.compile(r"Uncorrect(?:ed|able) \((Non-)?Fatal\)", re.IGNORECASE)
@@ -41,13 +53,15 @@ def aer_severity(message: str) -> str:
     return "uncorrected_nonfatal" if m.group(1) else "uncorrected_fatal"
 
 
-@dataclass(frozen=True, slots=True)
-class LineMatch:
+class LineMatch(NamedTuple):
+    """What one message matched. A named tuple, not a frozen dataclass: one is made per candidate line, and
+    creating a frozen dataclass costs a setattr call per field."""
+
     kind: MatchKind
     parts: MessageParts
     rule: KernelRule | None = None  # the anchor / followup rule
     detail_classes: tuple[str, ...] = ()  # classes whose detail patterns match
-    count: int = 1
+    event_count: int = 1  # N of "N callbacks suppressed", else 1
     source_bdf: str | None = None  # AER source
     device_bdf: str | None = None  # the device the message text names (a "device" group: "probe of 0000:..")
 
@@ -64,36 +78,47 @@ def _source_bdf(source: str, reporter: str | None) -> str | None:
 
 def match_message(rules: KernelRules, text: str) -> LineMatch:
     """Which rule a message matches, ignoring attribution (the table tests use this directly)."""
-    parts = split_message(text)
+    hits = rules.prefilter.scan(text) if rules.prefilter is not None else None
+    return _match(rules, split_message(text), hits)
+
+
+def _match(rules: KernelRules, parts: MessageParts, hits: list[tuple[int, int, int]] | None) -> LineMatch:
+    """Try the patterns whose literals occur in the body, in the order traps, anchors, followups, details
+    (rules in file order): the first trap, anchor or followup that matches decides; details all count."""
     body = parts.body
-    if rules.prefilter is not None and not any(lit in body for lit in rules.prefilter):
-        return LineMatch("none", parts)
-    for trap in rules.traps:
-        if trap.search(body):
-            return LineMatch("trap", parts)
-
-    def driver_ok(rule: KernelRule) -> bool:
-        return parts.bdf is None or parts.driver in rule.drivers
-
-    for rule in rules.rules:
-        if not driver_ok(rule):
+    if hits is None:
+        candidates: Iterable[int] = range(len(rules.slots))
+    else:
+        assert rules.prefilter is not None
+        candidates = rules.prefilter.slots_in(hits, parts.start, parts.start + len(body))
+    slots = rules.slots
+    other_driver = parts.driver if parts.bdf is not None else None  # lines without a prefix may match any rule
+    details: list[str] = []
+    for index in candidates:
+        slot = slots[index]
+        rule = slot.rule
+        if other_driver is not None and rule is not None and other_driver not in rule.drivers:
             continue
-        for pattern in rule.anchors:
-            m = pattern.search(body)
-            if m is None:
-                continue
-            count = 1
-            if rule.count_group is not None:
-                count = int(m[rule.count_group])
-            source = _source_bdf(m["source"], parts.bdf) if "source" in pattern.groupindex and m["source"] else None
-            named = normalize_bdf(m["device"]) if "device" in pattern.groupindex and m["device"] else None
-            return LineMatch("anchor", parts, rule, count=count, source_bdf=source, device_bdf=named)
-    for rule in rules.rules:
-        if driver_ok(rule) and any(p.search(body) for p in rule.followups):
+        m = slot.pattern.search(body)
+        if m is None:
+            continue
+        kind = slot.kind
+        if kind == "detail":  # the last kind: no trap, anchor or followup matched
+            assert rule is not None
+            if not details or details[-1] != rule.event_class:
+                details.append(rule.event_class)
+            continue
+        if kind == "trap":
+            return LineMatch("trap", parts)
+        assert rule is not None
+        if kind == "followup":
             return LineMatch("followup", parts, rule)
-    details = tuple(r.event_class for r in rules.rules if driver_ok(r) and any(p.search(body) for p in r.details))
+        count = int(m[rule.count_group]) if rule.count_group is not None else 1
+        source = _source_bdf(m["source"], parts.bdf) if slot.has_source and m["source"] else None
+        named = normalize_bdf(m["device"]) if slot.has_device and m["device"] else None
+        return LineMatch("anchor", parts, rule, (), count, source, named)
     if details:
-        return LineMatch("detail", parts, detail_classes=details)
+        return LineMatch("detail", parts, detail_classes=tuple(details))
     return LineMatch("none", parts)
 
 
@@ -132,6 +157,8 @@ class KernelClassifier:
         self._pending: list[_Pending] = []
         self._last_anchor: dict[str, _Anchor] = {}
         self._last_of_class: dict[tuple[str, str], _Anchor] = {}
+        # A match depends on the message text alone, and fault storms repeat their detail lines word for word.
+        self._matches: dict[str, LineMatch] = {}
         self.orphan_details = 0
         self.traps = 0
         self.aer_not_gpu = 0
@@ -171,7 +198,7 @@ class KernelClassifier:
             severity=rule.severity,
             message=match.parts.body.strip(),
             monotonic_seconds=record.monotonic_seconds,
-            count=match.count,
+            count=match.event_count,
             seq=record.seq,
             wall_time=record.wall_time,
         )
@@ -203,7 +230,21 @@ class KernelClassifier:
         """Classify one kernel record (the caller drops records that are not from the kernel)."""
         self._index += 1
         out = self._expire_by_record(record) if self._pending else []
-        match = match_message(self.rules, record.text)
+        text = record.text
+        match = self._matches.get(text)
+        if match is None:
+            prefilter = self.rules.prefilter
+            hits = prefilter.scan(text) if prefilter is not None else None
+            if not hits and prefilter is not None and prefilter.complete:
+                # No literal: no pattern can match, so the message is never split. It may still name a GPU.
+                gpu = amdgpu_device(text)
+                if gpu is not None:
+                    self._seen_gpus.add(gpu)
+                return out
+            match = _match(self.rules, split_message(text), hits)
+            if len(self._matches) >= MATCH_CACHE_SIZE:
+                self._matches.clear()
+            self._matches[text] = match
         parts = match.parts
         if parts.bdf is not None and parts.driver == "amdgpu":
             self._seen_gpus.add(parts.bdf)
@@ -244,6 +285,21 @@ class KernelClassifier:
         self._remember(key, rule.event_class, record)
         out.append(self._event(record, match, rule, device or UNKNOWN_DEVICE))
         return out
+
+    def skip(self, records: SkippedRecords) -> list[KernelEvent]:
+        """Records in which no rule literal occurs: what ``feed`` would do with each, without classifying them.
+
+        They advance the record count (the windows of logs without timestamps) and name GPUs; while a
+        look-ahead waits they go through ``feed`` one by one, since their timestamps can expire it.
+        """
+        if self._pending:
+            out: list[KernelEvent] = []
+            for record in records.records():
+                out.extend(self.feed(record))
+            return out
+        self._index += records.count
+        self._seen_gpus.update(records.amdgpu_devices(self._seen_gpus))
+        return []
 
     def _resolve(self, event_class: str, device: str) -> list[KernelEvent]:
         for i, p in enumerate(self._pending):
@@ -292,23 +348,23 @@ def kernel_log_report(
 
     Without ``known_gpus``, the GPUs are the amdgpu devices the log itself names (contract section 2).
     """
-    parsed = parse_kernel_log_records(text)
-    kernel = [r for r in parsed.records if r.is_kernel]
+    rules = rules if rules is not None else default_rules()
+    parsed = parse_kernel_log_items(text, rules.line_scanner())
+    items = [i for i in parsed.items if isinstance(i, SkippedRecords) or i.is_kernel]
     if known_gpus is None:
         gpus: set[str] = set()
-        for record in kernel:
-            if not record.text.startswith("amdgpu "):
-                continue  # only dev_printk lines of amdgpu name a GPU
-            parts = split_message(record.text)
-            if parts.driver == "amdgpu" and parts.bdf:
-                gpus.add(parts.bdf)
-            elif record.device and parts.driver == "amdgpu":
-                gpus.add(record.device)
+        for item in items:
+            if isinstance(item, SkippedRecords):
+                gpus.update(item.amdgpu_devices(gpus))
+            else:
+                gpu = amdgpu_device(item.text)  # only dev_printk lines of amdgpu name a GPU
+                if gpu is not None:
+                    gpus.add(gpu)
         known_gpus = gpus
     classifier = KernelClassifier(rules, known_gpus)
     events: list[KernelEvent] = []
-    for record in kernel:
-        events.extend(classifier.feed(record))
+    for item in items:
+        events.extend(classifier.skip(item) if isinstance(item, SkippedRecords) else classifier.feed(item))
     events.extend(classifier.flush())
     events.sort(key=lambda e: e.line)
     counts: dict[str, dict[str, int]] = {}
@@ -316,7 +372,7 @@ def kernel_log_report(
         per_bus = counts.setdefault(event.pci_bus, {})
         per_bus[event.event_class] = per_bus.get(event.event_class, 0) + event.count
     warnings = list(parsed.warnings)
-    ignored = len(parsed.records) - len(kernel)
+    ignored = len(parsed.items) - len(items)
     if ignored:
         warnings.append(f"{ignored} records not from the kernel (user space) ignored")
     if classifier.orphan_details:

@@ -1,19 +1,32 @@
 """Kernel-log classification rules: loaded from YAML (shipped in ``exporter/data`` or given by the user) and
 compiled once. An invalid file raises one ``KernelRulesError`` whose message lists every problem.
+
+Compiling also lays every pattern out in the order the classifier tries them (``slots``) and builds the
+prefilter: each pattern's required literals, derived from the regex or declared by its rule (``literals``,
+accepted only when the loader can prove every match of every pattern of the rule contains one of them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
 from exporter.model.kernel import KERNEL_CLASSES
+from exporter.parsers.kernel_log import LineScanner
+from exporter.watchdog.kernel_literals import (
+    Literals,
+    Prefilter,
+    declared_literals_cover,
+    required_literals,
+)
+from exporter.watchdog.kernel_literals import required_literal as required_literal  # the analysis lives there
 
 SEVERITIES = ("critical", "warning", "info")
 ATTRIBUTIONS = ("device", "aer_source")
@@ -29,6 +42,7 @@ _RULE_KEYS = frozenset(
         "count_group",
         "attribution",
         "lookahead",
+        "literals",
     }
 )
 _CLASS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -52,6 +66,22 @@ class KernelRule:
     attribution: str = "device"
     lookahead_class: str | None = None
     lookahead_seconds: float = 1.0
+    literals: tuple[str, ...] = ()  # declared required literals (when the patterns give none), checked at load
+
+
+SlotKind = Literal["trap", "anchor", "followup", "detail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One pattern of the rules in the order the classifier tries them: traps, then every rule's anchors, then
+    followups, then details (rules in file order within each kind)."""
+
+    kind: SlotKind
+    pattern: re.Pattern[str]
+    rule: KernelRule | None  # None for a trap
+    has_source: bool = False  # the pattern has a (?P<source>...) group (AER)
+    has_device: bool = False  # the pattern has a (?P<device>...) group (a BDF the message names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +89,18 @@ class KernelRules:
     rules: tuple[KernelRule, ...]
     traps: tuple[re.Pattern[str], ...]
     source: str  # where the rules came from, for messages
-    # Literals of which every pattern needs one: a line containing none of them matches no rule (most lines
-    # of a kernel log), and substring tests are far cheaper than a hundred regex searches. None: no shortcut.
-    prefilter: tuple[str, ...] | None = None
+    # Which patterns a line can match at all, from one scan for every pattern's required literals (most lines of
+    # a kernel log contain none). None: every pattern is tried on every line.
+    prefilter: Prefilter | None = None
+    slots: tuple[Slot, ...] = ()
 
     @property
     def classes(self) -> tuple[str, ...]:
         return tuple(r.event_class for r in self.rules)
+
+    def line_scanner(self) -> LineScanner | None:
+        """The chunk scan of the readers: only when every pattern has literals (else every line is a candidate)."""
+        return self.prefilter if self.prefilter is not None and self.prefilter.chunk_scan else None
 
     def severity(self, event_class: str) -> str:
         for rule in self.rules:
@@ -154,19 +189,41 @@ def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
         else:
             look_class = str(lookahead["class"])
             look_seconds = _seconds(lookahead.get("seconds"), f"{where}.lookahead.seconds", 1.0, problems)
+    details = _patterns(raw.get("details"), f"{where}.details", problems)
+    followups = _patterns(raw.get("followups"), f"{where}.followups", problems)
+    literals = _declared_literals(raw.get("literals"), (*anchors, *followups, *details), where, problems)
     return KernelRule(
         event_class=name,
         severity=str(severity),
         anchors=anchors,
-        details=_patterns(raw.get("details"), f"{where}.details", problems),
-        followups=_patterns(raw.get("followups"), f"{where}.followups", problems),
+        details=details,
+        followups=followups,
         followup_seconds=_seconds(raw.get("followup_seconds"), f"{where}.followup_seconds", 2.0, problems),
         drivers=frozenset(drivers),
         count_group=count_group,
         attribution=str(attribution),
         lookahead_class=look_class,
         lookahead_seconds=look_seconds,
+        literals=literals,
     )
+
+
+def _declared_literals(
+    value: object, patterns: tuple[re.Pattern[str], ...], where: str, problems: list[str]
+) -> tuple[str, ...]:
+    """A rule's ``literals``: each of its patterns must provably need one of them, or the prefilter would skip
+    lines the rule matches."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        problems.append(f"{where}: 'literals' must be a list of non-empty strings")
+        return ()
+    for p in patterns:
+        if not declared_literals_cover(p, value):
+            problems.append(
+                f"{where}: pattern {p.pattern!r} can match a line that contains none of the literals {value!r}"
+            )
+    return tuple(value)
 
 
 def compile_rules(doc: object, source: str) -> KernelRules:
@@ -201,82 +258,29 @@ def compile_rules(doc: object, source: str) -> KernelRules:
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise KernelRulesError(f"invalid kernel-log rules in {source} ({len(problems)} problems):\n{listing}")
-    return KernelRules(tuple(rules), traps, source, _prefilter(rules, traps))
+    slots, slot_literals = _slots(rules, traps)
+    return KernelRules(tuple(rules), traps, source, Prefilter(slot_literals), slots)
 
 
-_META = set(".^$*+?{}[]()|")
-_OPTIONAL = set("?*{")
-
-
-def required_literal(pattern: str) -> str | None:
-    """The longest run of plain characters every match of ``pattern`` must contain, or None.
-
-    Only top-level literal runs count (groups, classes and escapes such as ``\\d`` end a run; a character
-    followed by ``?``, ``*`` or ``{`` is optional). A top-level ``|`` or an inline flag gives None.
-    """
-    if "(?i" in pattern or "(?x" in pattern:
-        return None
-    runs: list[str] = []
-    run: list[str] = []
-    depth = 0
-    in_class = False
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        nxt = pattern[i + 1] if i + 1 < len(pattern) else ""
-        literal: str | None = None
-        if ch == "\\":
-            if nxt and not nxt.isalnum():
-                literal = nxt
-            i += 2
-        else:
-            i += 1
-            if in_class:
-                in_class = ch != "]"
-                continue
-            if ch == "[":
-                in_class = True
-            elif ch == "(":
-                depth += 1
-            elif ch == ")":
-                depth -= 1
-            elif ch == "|" and depth == 0:
-                return None
-            elif ch not in _META:
-                literal = ch
-        following = pattern[i] if i < len(pattern) else ""
-        if literal is not None and depth == 0 and not in_class:
-            if following in _OPTIONAL:
-                runs.append("".join(run))
-                run = []
-            else:
-                run.append(literal)
-                if following == "+":
-                    runs.append("".join(run))
-                    run = []
-        else:
-            if run:
-                runs.append("".join(run))
-            run = []
-    runs.append("".join(run))
-    best = max(runs, key=len)
-    return best if len(best) >= 3 else None
-
-
-def _prefilter(rules: list[KernelRule], traps: tuple[re.Pattern[str], ...]) -> tuple[str, ...] | None:
-    """Literals of which every rule pattern contains one; None when some pattern has no usable literal."""
-    patterns = [*traps]
-    for rule in rules:
-        patterns += [*rule.anchors, *rule.followups, *rule.details]
-    literals = set()
-    for p in patterns:
-        lit = required_literal(p.pattern)
-        if lit is None:
-            return None
-        literals.add(lit)
-    # "abc" already covers "xabcx"
-    minimal = {lit for lit in literals if not any(o != lit and o in lit for o in literals)}
-    return tuple(sorted(minimal, key=len))
+def _slots(
+    rules: list[KernelRule], traps: tuple[re.Pattern[str], ...]
+) -> tuple[tuple[Slot, ...], list[Literals | None]]:
+    """Every pattern in the order the classifier tries them, with its required literals (None: unfiltered)."""
+    slots = [Slot("trap", p, None) for p in traps]
+    kinds: tuple[tuple[SlotKind, Callable[[KernelRule], tuple[re.Pattern[str], ...]]], ...] = (
+        ("anchor", lambda r: r.anchors),
+        ("followup", lambda r: r.followups),
+        ("detail", lambda r: r.details),
+    )
+    for kind, patterns in kinds:
+        for rule in rules:
+            for p in patterns(rule):
+                slots.append(Slot(kind, p, rule, "source" in p.groupindex, "device" in p.groupindex))
+    literals = [
+        frozenset(s.rule.literals) if s.rule is not None and s.rule.literals else required_literals(s.pattern)
+        for s in slots
+    ]
+    return tuple(slots), literals
 
 
 def load_rules(path: Path | None = None) -> KernelRules:
