@@ -1,4 +1,5 @@
-"""Command line: Prometheus-style dotted flags, an optional YAML file (flags win), five commands.
+"""Command line: Prometheus-style dotted flags, an optional YAML file (flags win), five commands, and two small
+ones for a non-root Kubernetes pod (``kmsg-relay``, ``prepare-state``) that take only their own flags.
 
 Bad flags or config give one message listing every problem and exit code 2.
 """
@@ -95,9 +96,12 @@ def _labels(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 _REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label"})
+_SWITCHES = frozenset({"web.systemd-socket"})  # flags without a value, as in node_exporter
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
+    "web.max-requests": ("web_max_requests", _count),
+    "web.systemd-socket": ("web_systemd_socket", _flag),
     "path.rootfs": ("rootfs", _path),
     "path.sysfs": ("sysfs", _path),
     "path.devfs": ("devfs", _path),
@@ -125,6 +129,8 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _HELP = {
     "web.listen-address": "address to serve /metrics on [:9862] (serve only)",
     "web.config.file": "TLS / basic-auth settings, exporter-toolkit web-config YAML",
+    "web.max-requests": "scrapes served at once; 503 beyond, 0 = no limit [40]",
+    "web.systemd-socket": "use the sockets systemd passed (socket activation) instead of --web.listen-address",
     "path.rootfs": "prefix for sysfs, devfs and procfs left at their defaults, and for etc/group [/]",
     "path.sysfs": "the host's sysfs [/sys]",
     "path.devfs": "the host's device nodes [/dev]",
@@ -152,7 +158,7 @@ BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file with any of these flags")
     for flag, help_text in _HELP.items():
-        action = "append" if flag in _REPEATED_FLAGS else "store"
+        action = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
         p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text)
     for source in SOURCE_NAMES:
         p.add_argument(
@@ -195,7 +201,35 @@ def build_parser() -> argparse.ArgumentParser:
     baseline = sub.add_parser("baseline", help="show the stored baseline, or accept the current state")
     baseline.add_argument("action", choices=("show", "accept"))
     _add_config_flags(baseline)
+    relay = sub.add_parser(
+        "kmsg-relay", help="copy kernel-log records into a FIFO a non-root exporter reads (root, CAP_SYSLOG only)"
+    )
+    relay.add_argument("--from", dest="from", default="/dev/kmsg", metavar="DEVICE", help="kmsg device [/dev/kmsg]")
+    relay.add_argument(
+        "--to", dest="to", default="/run/rocm-watchdog/kmsg", metavar="FIFO", help="FIFO to create and write"
+    )
+    _add_log_flags(relay)
+    prepare = sub.add_parser(
+        "prepare-state", help="give the state dir to the exporter's uid:gid, mode 0700 (uid 0, CAP_CHOWN only)"
+    )
+    prepare.add_argument("--state.dir", dest="state.dir", default=None, help=_HELP["state.dir"])
+    prepare.add_argument("--owner", required=True, metavar="UID:GID", help="numeric owner, e.g. 10001:10001")
+    _add_log_flags(prepare)
     return parser
+
+
+def _add_log_flags(p: argparse.ArgumentParser) -> None:
+    for flag in ("log.level", "log.format"):
+        p.add_argument(f"--{flag}", dest=flag, default=None, help=_HELP[flag])
+
+
+def _log_problems(level: str, fmt: str) -> list[str]:
+    problems = []
+    if fmt not in ("json", "logfmt", "console"):
+        problems.append(f"--log.format: expected json, logfmt or console, got {fmt!r}")
+    if level not in ("debug", "info", "warn", "warning", "error"):
+        problems.append(f"--log.level: expected debug, info, warn or error, got {level!r}")
+    return problems
 
 
 def build_config(args: argparse.Namespace) -> Config:
@@ -254,10 +288,7 @@ def build_config(args: argparse.Namespace) -> Config:
         problems.append(f"--smi.backend: expected one of {', '.join(BACKENDS)}, got {fields['smi_backend']!r}")
     if fields.get("top_processes", 20) < 0:
         problems.append("--processes.top-n: must be >= 0")
-    if fields.get("log_format", "json") not in ("json", "logfmt", "console"):
-        problems.append(f"--log.format: expected json, logfmt or console, got {fields['log_format']!r}")
-    if str(fields.get("log_level", "info")) not in ("debug", "info", "warn", "warning", "error"):
-        problems.append(f"--log.level: expected debug, info, warn or error, got {fields['log_level']!r}")
+    problems.extend(_log_problems(str(fields.get("log_level", "info")), str(fields.get("log_format", "json"))))
     if fields.get("alertmanager_urls") and not collectors["devices"]:
         problems.append("--alertmanager.url: pushes the devices collector's conditions; --no-collector.devices is set")
     if not fields.get("nodename"):
@@ -285,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "parse":
         return cmd_parse(args)
+    if args.command == "kmsg-relay":
+        return cmd_kmsg_relay(args)
+    if args.command == "prepare-state":
+        return cmd_prepare_state(args)
     try:
         config = build_config(args)
     except ConfigError as exc:
@@ -340,6 +375,62 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _small_command_logging(args: argparse.Namespace) -> list[str]:
+    """Logging set up from --log.level / --log.format of a command without a config; the problems, if any."""
+    level = getattr(args, "log.level") or "info"
+    fmt = getattr(args, "log.format") or default_format()
+    problems = _log_problems(level, fmt)
+    if not problems:
+        configure(level, fmt)
+    return problems
+
+
+def cmd_kmsg_relay(args: argparse.Namespace) -> int:
+    """Relay until SIGTERM: exit 0; 1 when /dev/kmsg or the FIFO cannot be used (logged); 2 for bad flags."""
+    problems = _small_command_logging(args)
+    if problems:
+        return _fail_config(problems)
+    from exporter.sources.kmsg_relay import KmsgRelay, RelayError
+
+    relay = KmsgRelay(Path(getattr(args, "from")), Path(args.to))
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        relay.stop()  # only a flag: every wait of the relay looks at it within a quarter second
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("relay_starting", source=str(relay.source), fifo=str(relay.fifo))
+    try:
+        relay.run()
+    except RelayError as exc:
+        log.error("relay_failed", error=str(exc))
+        return 1
+    return 0
+
+
+def cmd_prepare_state(args: argparse.Namespace) -> int:
+    """Give the state dir to --owner: exit 0; 2 with one message when the flags are bad or it cannot."""
+    from exporter.statedir import PrepareError, parse_owner, prepare_state_dir
+
+    problems = _small_command_logging(args)
+    try:
+        uid, gid = parse_owner(args.owner)
+    except ValueError as exc:
+        problems.append(f"--owner: {exc}")
+    if problems:
+        return _fail_config(problems)
+    state_dir = Path(getattr(args, "state.dir") or Config().state_dir)
+    try:
+        result = prepare_state_dir(state_dir, uid, gid)
+    except PrepareError as exc:
+        print(f"rocm-watchdog prepare-state: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    for entry in result.skipped:
+        log.warning("state_entry_skipped", entry=entry)
+    log.info("state_dir_prepared", path=str(state_dir), owner=f"{uid}:{gid}", changed=len(result.changed))
+    return 0
+
+
 def build_runtime(config: Config, push: PushStatus | None = None) -> tuple[Scheduler, CollectorRegistry]:
     """Scheduler and registry wired from the config; nothing runs yet. ConfigError for bad rule files. ``push``: the
     Alertmanager push's health, for the registry to export (serve with --alertmanager.url)."""
@@ -382,7 +473,8 @@ def cmd_once(config: Config, output: Path | None) -> int:
 
 
 def cmd_serve(config: Config) -> int:
-    from exporter.http import make_app, serve
+    from exporter.http import Limits, make_app, serve
+    from exporter.server.listen import SystemdSocketError
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     try:
@@ -404,7 +496,15 @@ def cmd_serve(config: Config) -> int:
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
 
     try:
-        server = serve(config.listen_address, make_app(registry, web, healthy), web)
+        server = serve(
+            config.listen_address,
+            make_app(registry, web, healthy),
+            web,
+            limits=Limits(max_requests=config.web_max_requests),
+            systemd_socket=config.web_systemd_socket,
+        )
+    except SystemdSocketError as exc:
+        return _fail_config([f"--web.systemd-socket: {exc}"])
     except (OSError, ValueError) as exc:
         return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"])
     pusher = None
@@ -416,7 +516,14 @@ def cmd_serve(config: Config) -> int:
         pusher = AlertmanagerPusher(scheduler.store, config, push_status, origin)
         pusher.start()
     scheduler.start()
-    log.info("serving", address=config.listen_address, port=server.server_port, tls=web.ssl_context is not None)
+    log.info(
+        "serving",
+        address=str(server.server_address[0]) if config.web_systemd_socket else config.listen_address,
+        port=server.server_port,
+        tls=web.ssl_context is not None,
+        systemd_socket=config.web_systemd_socket,
+        max_requests=config.web_max_requests,
+    )
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)

@@ -23,6 +23,8 @@ DEFAULT_INTERVALS_SECONDS = {
 class Config:
     listen_address: str = ":9862"
     web_config_file: Path | None = None
+    web_max_requests: int = 40  # /metrics requests in flight; 503 beyond; 0: no limit (node_exporter's default)
+    web_systemd_socket: bool = False  # serve on the sockets systemd passed instead of listen_address
     rootfs: Path = Path("/")
     sysfs: Path = Path("/sys")
     devfs: Path = Path("/dev")

@@ -1,26 +1,43 @@
-"""HTTP: ``/metrics`` from the private registry, ``/`` landing page, ``/healthz``. Serves from memory only."""
+"""HTTP: ``/metrics`` (bytes from an exposition provider), ``/`` landing page, ``/healthz``. Serves from memory.
+
+The application is a plain function of a request (``App``); the server it runs on (``exporter.server``) owns
+connections, deadlines, fair shares, TLS and basic auth. ``/metrics`` negotiates as prometheus_client does:
+OpenMetrics when ``Accept`` asks for ``application/openmetrics-text``, gzip when ``Accept-Encoding`` lists
+``gzip``; the provider returns the bytes for that choice (a cache, or ``registry_exposition`` rendering).
+"""
 
 from __future__ import annotations
 
+import gzip as gzip_module
 import html
-import socket
-import threading
-from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-import structlog
-from prometheus_client import make_wsgi_app
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
-from exporter.webconfig import WebConfig, check_basic_auth
+from exporter.server.auth import BasicAuth
+from exporter.server.core import HttpServer, Limits, Request, Response
+from exporter.server.listen import bind_listener, effective_backlog, parse_listen_address, systemd_listeners
+from exporter.webconfig import CertificateReloader, WebConfig
 
-log = structlog.get_logger("http")
+__all__ = [
+    "App",
+    "ExpositionProvider",
+    "Limits",
+    "make_app",
+    "parse_listen_address",
+    "registry_exposition",
+    "serve",
+]
 
-StartResponse = Callable[..., Any]
-Environ = dict[str, Any]
+# (openmetrics, gzip) -> the body of /metrics
+ExpositionProvider = Callable[[bool, bool], bytes]
+
+CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 LANDING = """<!doctype html>
 <html><head><title>rocm-watchdog</title></head>
@@ -32,67 +49,90 @@ LANDING = """<!doctype html>
 """
 
 
+def wants_openmetrics(accept: str | None) -> bool:
+    """prometheus_client's rule: the first ``application/openmetrics-text`` without a version, or with one at
+    least 1.0.0; anything else gets the text format."""
+    for item in (accept or "").split(","):
+        media, *params = item.split(";")
+        if media.strip() != "application/openmetrics-text":
+            continue
+        version = next((p.split("=", 1)[1].strip() for p in params if p.strip().startswith("version=")), "")
+        if not version:
+            return True
+        try:
+            if tuple(int(x) for x in version.split(".")) >= (1, 0, 0):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def wants_gzip(accept_encoding: str | None) -> bool:
+    return any(item.split(";")[0].strip().lower() == "gzip" for item in (accept_encoding or "").split(","))
+
+
+def registry_exposition(registry: CollectorRegistry) -> ExpositionProvider:
+    """Render on every call (what a scrape cost before the exposition cache)."""
+
+    def exposition(openmetrics: bool, gzip: bool) -> bytes:
+        body = generate_openmetrics(registry) if openmetrics else generate_latest(registry)  # type: ignore[no-untyped-call]
+        return gzip_module.compress(body, compresslevel=6, mtime=0) if gzip else body
+
+    return exposition
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    exposition: ExpositionProvider
+    healthy: Callable[[], tuple[bool, str]]
+    landing: bytes = field(default=b"")
+
+    def __call__(self, request: Request) -> Response:
+        if request.path == "/metrics":
+            openmetrics = wants_openmetrics(request.headers.get("accept"))
+            gzip = wants_gzip(request.headers.get("accept-encoding"))
+            body = self.exposition(openmetrics, gzip)
+            content_type = CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT
+            headers = (("Content-Encoding", "gzip"),) if gzip else ()
+            return Response(200, body, content_type, (*headers, ("Vary", "Accept, Accept-Encoding")))
+        if request.path == "/healthz":
+            ok, detail = self.healthy()
+            return Response(200 if ok else 503, detail.encode() + b"\n")
+        if request.path == "/":
+            return Response(200, self.landing, "text/html; charset=utf-8")
+        return Response(404, b"Not Found\n")
+
+
 def make_app(
-    registry: CollectorRegistry, web: WebConfig, healthy: Callable[[], tuple[bool, str]]
-) -> Callable[[Environ, StartResponse], Iterable[bytes]]:
-    metrics_app = make_wsgi_app(registry)
-
-    def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if not check_basic_auth(web.basic_auth_users, environ.get("HTTP_AUTHORIZATION")):
-            start_response(
-                "401 Unauthorized",
-                [("WWW-Authenticate", 'Basic realm="rocm-watchdog"'), ("Content-Type", "text/plain")],
-            )
-            return [b"Unauthorized\n"]
-        path = environ.get("PATH_INFO", "/")
-        if path == "/metrics":
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
-        if path == "/healthz":
-            ok, detail = healthy()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [detail.encode() + b"\n"]
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [LANDING.format(version=html.escape(__version__)).encode()]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"Not Found\n"]
-
-    return app
+    source: CollectorRegistry | ExpositionProvider, web: WebConfig, healthy: Callable[[], tuple[bool, str]]
+) -> App:
+    """The app over a provider, or over a registry rendered per scrape. ``web`` is kept for the call's
+    compatibility: auth and TLS are the server's (``serve``)."""
+    del web
+    exposition = registry_exposition(source) if isinstance(source, CollectorRegistry) else source
+    return App(exposition, healthy, LANDING.format(version=html.escape(__version__)).encode())
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    # A client that connects and sends nothing (or stalls a TLS handshake) holds one thread, not the server.
-    timeout = 30
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http_request", request=format % args)
-
-
-def parse_listen_address(address: str) -> tuple[str, int]:
-    """``:9862`` -> ("", 9862) (every address); ``127.0.0.1:9862``; ``[::1]:9862``."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--web.listen-address: expected [host]:port, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
-def serve(address: str, app: Callable[[Environ, StartResponse], Iterable[bytes]], web: WebConfig) -> WSGIServer:
-    """Bind and serve in a daemon thread; returns the server (``server_port`` tells the bound port)."""
-    host, port = parse_listen_address(address)
-
-    class Server(_Server):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-    server = make_server(host, port, app, server_class=Server, handler_class=_QuietHandler)
-    if web.ssl_context is not None:
-        # The handshake happens on the first read, in the request's own thread: a client stalling it cannot
-        # block the accept loop for everyone else.
-        server.socket = web.ssl_context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    thread.start()
-    return server
+def serve(
+    address: str,
+    app: App,
+    web: WebConfig,
+    *,
+    limits: Limits | None = None,
+    systemd_socket: bool = False,
+) -> HttpServer:
+    """Listen (on ``address``, or on the sockets systemd passed) and serve in a daemon thread; returns the
+    running server (``server_port``, ``shutdown()``). OSError / ValueError / SystemdSocketError when it cannot
+    listen."""
+    limits = limits or Limits()
+    listeners = systemd_listeners() if systemd_socket else [bind_listener(address, effective_backlog(limits.backlog))]
+    server = HttpServer(
+        listeners,
+        app,
+        auth=BasicAuth(web.basic_auth_users),
+        ssl_context=web.ssl_context,
+        limits=limits,
+        on_accept=CertificateReloader(web) if web.ssl_context is not None else None,
+        extra_headers=web.headers,
+    )
+    return server.start()
