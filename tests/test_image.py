@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from fakeroot import FakeGpu, FakeRoot, build_root
+from tools import checkov, serving_port
 
 from exporter.cli import build_parser
 
@@ -36,7 +37,6 @@ IMAGE_UID = 10001
 VENV = "/opt/rocm-watchdog"
 HOST = "/host"
 STATE = "/var/lib/rocm-watchdog"
-CHECKOV_VERSION = "3.3.30"  # the version scripts/test installs
 
 
 @dataclass
@@ -165,18 +165,6 @@ def test_hadolint_has_no_finding(tmp_path: Path) -> None:
     bad.write_text("FROM quay.io/someone/python\nRUN apt-get install -y curl\n")
     proc = lint(bad)
     assert proc.returncode == 1 and "DL3006" in proc.stdout and "DL3026" in proc.stdout, proc.stdout
-
-
-def checkov() -> str:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    for candidate in (
-        os.environ.get("ROCM_WATCHDOG_CHECKOV"),
-        shutil.which("checkov"),
-        str(cache / "rocm-watchdog" / f"checkov-{CHECKOV_VERSION}" / "bin" / "checkov"),
-    ):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.fail("checkov is not installed (scripts/test installs it into its own virtualenv)")
 
 
 def run_checkov(dockerfile: Path) -> dict[str, object]:
@@ -327,20 +315,7 @@ def test_serve_with_the_images_cmd_and_its_health_check(image: Image, host: Fake
         as_image_user(argv), env=image_env(image), cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert proc.stderr is not None
-        port = None
-        said: list[str] = []
-        for _ in range(200):  # bounded: the "serving" line comes early
-            line = proc.stderr.readline()
-            if not line:
-                break
-            said.append(line)
-            if line.startswith("{") and json.loads(line).get("event") == "serving":
-                port = int(json.loads(line)["port"])
-                break
-        if port is None:
-            code = proc.wait(timeout=30)
-            pytest.fail(f"serve did not start (exit {code}):\n{''.join(said[-30:])}")
+        port = serving_port(proc)
         check, env = healthcheck_argv(image)
         env["ROCM_WATCHDOG_HEALTHCHECK_URL"] = env["ROCM_WATCHDOG_HEALTHCHECK_URL"].replace(":9862/", f":{port}/")
         healthy = subprocess.run(as_image_user(check), env=env, capture_output=True, text=True, timeout=30)

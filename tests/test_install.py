@@ -5,7 +5,6 @@ the real install goes into a temporary HOME."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from tools import serving_port
 
 PROJECT = Path(__file__).resolve().parents[1]
 INSTALL = PROJECT / "scripts" / "install"
@@ -153,20 +153,8 @@ def test_the_one_command_install_installs_and_runs_the_exporter(home: Path) -> N
     ]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        assert proc.stderr is not None and proc.stdout is not None
-        port = None
-        said: list[str] = []
-        for _ in range(2000):  # bounded: pip's output (quiet) and then the exporter's log lines
-            line = proc.stderr.readline()
-            if not line:
-                break
-            said.append(line)
-            if line.startswith("{") and json.loads(line).get("event") == "serving":
-                port = int(json.loads(line)["port"])
-                break
-        if port is None:
-            code = proc.wait(timeout=30)
-            pytest.fail(f"the exporter did not start (exit {code}):\n{''.join(said[-30:])}")
+        assert proc.stdout is not None
+        port = serving_port(proc, max_lines=2000)  # pip's output (quiet), then the exporter's log lines
         response = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert response.status_code == 200
         assert (home / ".local" / "share" / "rocm-watchdog" / "bin" / "rocm-watchdog").exists()

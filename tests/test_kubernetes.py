@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from kustomize import DAEMONSET_OVERLAYS, EXAMPLES, KUBERNETES, RENDERED, container, one, pod_spec, render
+from tools import checkov
 
 from exporter.cli import build_config, build_parser
 
@@ -36,7 +36,6 @@ KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 OPERATOR_GROUP = "monitoring.coreos.com/v1"
 STATE_DIR = "/var/lib/rocm-watchdog"
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
-CHECKOV_VERSION = "3.3.30"  # the version scripts/test installs (into its own virtualenv)
 # What checkov still finds in the rendered manifests, and why each stays; any other finding fails the test. The
 # issue's three (seccomp CKV_K8S_31, service-account token CKV_K8S_38, CPU limit CKV_K8S_11) must pass.
 ACCEPTED_DAEMONSET = {
@@ -325,18 +324,6 @@ def test_the_renderer_refuses_what_is_not_a_rules_file() -> None:
         [sys.executable, str(KUBERNETES / "render_prometheusrule.py"), "--check"], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
-
-
-def checkov() -> str:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    for candidate in (
-        os.environ.get("ROCM_WATCHDOG_CHECKOV"),
-        shutil.which("checkov"),
-        str(cache / "rocm-watchdog" / f"checkov-{CHECKOV_VERSION}" / "bin" / "checkov"),
-    ):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.fail("checkov is not installed (scripts/test installs it into its own virtualenv)")
 
 
 def test_checkov_finds_only_what_is_accepted(tmp_path: Path) -> None:
