@@ -487,9 +487,15 @@ def cmd_serve(config: Config) -> int:
 
         push_status = PushStatus(config.alertmanager_urls)
     try:
-        scheduler, registry = build_runtime(config, push_status)
+        scheduler, _registry = build_runtime(config, push_status)
     except ConfigError as exc:
         return _fail_config(exc.problems)
+    from exporter.metrics.collector import RocmCollector
+    from exporter.metrics.exposition import Exposition
+
+    # Render on change, serve bytes: sections are rendered in the collecting thread when a source records.
+    exposition = Exposition(RocmCollector(scheduler.store, config, push=push_status))
+    scheduler.store.subscribe(exposition.refresh)
     stop = threading.Event()
 
     def healthy() -> tuple[bool, str]:
@@ -498,7 +504,7 @@ def cmd_serve(config: Config) -> int:
     try:
         server = serve(
             config.listen_address,
-            make_app(registry, web, healthy),
+            make_app(exposition.get, web, healthy),
             web,
             limits=Limits(max_requests=config.web_max_requests),
             systemd_socket=config.web_systemd_socket,
