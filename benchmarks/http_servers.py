@@ -10,12 +10,14 @@ prometheus_client's content negotiation. ``wrk`` (Debian package ``wrk``) loads 
 concurrent connections, keep-alive (as Prometheus scrapes) and one connection per request (a fleet's burst of
 new connections: what a short listen backlog turns into 1 s SYN retransmits), each for ``--duration``
 seconds, ``--repeats`` times; the table gives medians of p50/p99/max and the sum of errors (socket errors and
-non-2xx). Then each candidate faces a slowloris from 127.0.0.2 (25 new connections a second, each sending a
-header byte a second, for 20 s) while a scraper on 127.0.0.1 scrapes twice a second: scrapes answered and the
-slowest. node_exporter (Debian ``prometheus-node-exporter``) is the anchor: its textfile collector serving a
-file of the same bytes, and its drm collector on the fake 8-GPU host (``--collector.disable-defaults
---collector.drm``). Candidates not installed are skipped: waitress, cheroot, gunicorn, uvicorn(+httptools),
-granian are measured only when present in the environment (``pip install`` them into the venv).
+non-2xx). Then each candidate faces a slowloris from 127.0.0.2 (``--attack-rate`` new connections a second,
+default 25, each dribbling a valid request head a byte a second, for ``--attack-seconds``) while a scraper on
+127.0.0.1 scrapes twice a second: scrapes answered and the slowest. Each server runs with ``--nofile`` (1024)
+open files, systemd's default. node_exporter (Debian ``prometheus-node-exporter``) is the anchor: its textfile
+collector serving a file of the same bytes, and its drm collector on the fake 8-GPU host
+(``--collector.disable-defaults --collector.drm``); ``rocm-watchdog serve`` itself runs on that host too.
+Candidates not installed are skipped: waitress, cheroot, gunicorn, uvicorn(+httptools), granian are measured only
+when present in the environment (``pip install`` them into the venv).
 
 Also ``benchmarks/http_servers.py serve NAME PORT SIZE``: run one candidate in the foreground.
 """
@@ -172,7 +174,7 @@ def serve_candidate(name: str, port: int, size: int) -> None:
         from exporter.webconfig import WebConfig
 
         app = App(provider, lambda: (True, "ok"), b"")
-        serve(f"{host}:{port}", app, WebConfig(), limits=Limits(workers=WORKERS, max_requests=0))
+        serve(f"{host}:{port}", app, WebConfig(), limits=Limits(workers=WORKERS))  # as shipped: max-requests 40
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
     elif name == "waitress":
         import waitress
@@ -253,6 +255,25 @@ def node_exporter_argv(kind: str, port: int, size: int, tmp: Path) -> list[str] 
 _DRM_ROOTS: dict[Path, Path] = {}
 
 
+def exporter_argv(port: int, tmp: Path) -> list[str]:
+    """rocm-watchdog itself on the 8-GPU fake host (no smi tool: sysfs, devices, kernel log, processes)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakeroot import FakeOther, build_root, capture_gpus
+
+    if tmp not in _EXPORTER_ROOTS:
+        root = build_root(tmp / "rocm-watchdog", capture_gpus("mi210-8gpu-xgmi-pcie"), others=[FakeOther.bmc()],
+                          cpu_nodes=2)  # fmt: skip
+        (root.root / "kern.log").write_text("")
+        _EXPORTER_ROOTS[tmp] = (root.root, root.state_dir)
+    rootfs, state = _EXPORTER_ROOTS[tmp]
+    return [sys.executable, "-m", "exporter", "serve", f"--web.listen-address=127.0.0.1:{port}",
+            f"--path.rootfs={rootfs}", f"--state.dir={state}", f"--kernel-log.path={rootfs / 'kern.log'}",
+            "--no-collector.rocm-smi", "--no-collector.amd-smi", "--log.level=error"]  # fmt: skip
+
+
+_EXPORTER_ROOTS: dict[Path, tuple[Path, Path]] = {}
+
+
 # --- load -------------------------------------------------------------------------------------------------
 
 
@@ -301,34 +322,40 @@ def run_wrk(url: str, connections: int, seconds: float, close: bool) -> dict[str
 
 
 async def _slowloris(port: int, seconds: float, rate: int, scrape_every: float) -> dict[str, float]:
-    """Attackers from 127.0.0.2 dribble a request head; a scraper on 127.0.0.1 scrapes meanwhile."""
+    """Attackers from 127.0.0.2 dribble a valid request head, one byte a second each (a request line, then a
+    header that never ends); a scraper on 127.0.0.1 scrapes meanwhile."""
     loop = asyncio.get_running_loop()
-    attackers: list[socket.socket] = []
+    head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    attackers: dict[socket.socket, int] = {}  # socket -> bytes sent
     refused = 0
     latencies: list[float] = []
     failures = 0
     stop_at = loop.time() + seconds
 
-    async def attack() -> None:
+    async def connect() -> None:
         nonlocal refused
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.bind(("127.0.0.2", 0))
+            await asyncio.wait_for(loop.sock_connect(s, ("127.0.0.1", port)), 2)
+            attackers[s] = 0
+        except (OSError, asyncio.TimeoutError):
+            refused += 1
+            s.close()
+
+    async def attack() -> None:
         while loop.time() < stop_at:
-            for _ in range(rate):
-                s = socket.socket()
-                s.setblocking(False)
+            started = loop.time()
+            await asyncio.gather(*(connect() for _ in range(rate)))  # all at once: a stalled one delays no other
+            for s, sent in list(attackers.items()):
                 try:
-                    s.bind(("127.0.0.2", 0))
-                    await asyncio.wait_for(loop.sock_connect(s, ("127.0.0.1", port)), 2)
-                    attackers.append(s)
-                except (OSError, asyncio.TimeoutError):
-                    refused += 1
-                    s.close()
-            for s in list(attackers):
-                try:
-                    s.send(b"G")
+                    s.send(head[sent : sent + 1] or b"a")
+                    attackers[s] = sent + 1
                 except OSError:
-                    attackers.remove(s)
+                    del attackers[s]
                     s.close()
-            await asyncio.sleep(1)
+            await asyncio.sleep(max(0.0, 1 - (loop.time() - started)))
 
     async def scrape() -> None:
         nonlocal failures
@@ -355,6 +382,7 @@ async def _slowloris(port: int, seconds: float, rate: int, scrape_every: float) 
         "failed": failures,
         "max_ms": max(latencies, default=float("nan")),
         "attackers_open_at_end": held,
+        "attack_connects_failed": refused,
     }
 
 
@@ -420,7 +448,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     conns = sorted({int(r["conns"]) for r in loads})
     for size, mode in sorted({(r["size"], r["mode"]) for r in loads}, key=lambda k: (k[0] == "drm", k[0], k[1])):
         out.append(f"\n**{size}, {mode}**: p50 / p99 ms at {', '.join(map(str, conns))} connections\n")
-        out.append("| server | " + " | ".join(f"c={c}" for c in conns) + " | worst max ms | errors | req/s at c=100 |")
+        columns = " | ".join(f"c={c}" for c in conns)
+        out.append(f"| server | {columns} | worst max ms | errors | req/s at c={max(conns)} |")
         out.append("|---" * (len(conns) + 4) + "|")
         for target in dict.fromkeys(r["target"] for r in loads):
             mine = {
@@ -487,7 +516,12 @@ def main() -> None:
     cases += [("1.4M", c, False) for c in conns]
     names = ["ours", "wsgiref", "waitress", "cheroot", "gunicorn-gthread", "uvicorn-h11", "uvicorn-httptools",
              "granian"]  # fmt: skip
-    wanted = set(filter(None, args.only.split(","))) or {*names, "node_exporter-textfile", "node_exporter-drm"}
+    wanted = set(filter(None, args.only.split(","))) or {
+        *names,
+        "rocm-watchdog",
+        "node_exporter-textfile",
+        "node_exporter-drm",
+    }
     print(f"# python {platform.python_version()}, {os.cpu_count()} cpus, {platform.platform()}, "
           f"wrk -t1, {args.duration:g} s x {args.repeats}", flush=True)  # fmt: skip
     rows: list[dict[str, Any]] = []
@@ -512,6 +546,17 @@ def main() -> None:
                 if args.attack_only and size_name != "90k":
                     continue
                 rows += measure_target(name, start, args, mine, attack=size_name == "90k" and not args.no_attack)
+        if "rocm-watchdog" in wanted and not args.attack_only:
+
+            def start_rw(port: int) -> subprocess.Popen[bytes]:
+                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                return subprocess.Popen(
+                    exporter_argv(port, Path(tmp)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    preexec_fn=limit_files,
+                )  # fmt: skip
+
+            mine = [("8-GPU", c, close) for s, c, close in cases if s == "90k"]
+            rows += measure_target("rocm-watchdog", start_rw, args, mine, attack=False)
         for kind in ("textfile", "drm"):
             if f"node_exporter-{kind}" not in wanted:
                 continue

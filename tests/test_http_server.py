@@ -385,3 +385,36 @@ def test_max_requests_flag(tmp_path: Path) -> None:
     assert build_config(build_parser().parse_args(["serve"])).web_max_requests == 40
     with pytest.raises(ConfigError, match=r"web\.max-requests"):
         build_config(build_parser().parse_args(["serve", "--web.max-requests", "-1"]))
+
+
+def test_a_fast_provider_serves_a_burst_without_503_and_a_slow_one_goes_back_to_workers() -> None:
+    calls = {"n": 0}
+    block = threading.Event()
+
+    def flaky(openmetrics: bool, gz: bool) -> bytes:
+        calls["n"] += 1
+        if calls["n"] == 60:
+            time.sleep(0.2)  # one slow run (on the loop): what sends /metrics back to the workers
+        if calls["n"] == 62:
+            block.wait(10)  # on a worker by now: the loop must keep answering meanwhile
+        return b"x 1\n"
+
+    results: list[int] = []
+    with running(Limits(max_requests=2), flaky) as server:  # one address may hold only one in flight
+        threads = [threading.Thread(target=lambda: results.append(get(server, timeout=10)[0])) for _ in range(50)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(15)
+        assert results == [200] * 50  # a burst of fast scrapes waits for a slot, or runs on the loop
+        while calls["n"] < 61:
+            assert get(server)[0] == 200
+        blocked = threading.Thread(target=lambda: results.append(get(server, timeout=10)[0]))
+        blocked.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert get(server, "/healthz", timeout=2)[0] == 200
+        assert time.monotonic() - start < 1
+        block.set()
+        blocked.join(10)
+        assert results[-1] == 200

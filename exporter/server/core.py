@@ -16,9 +16,11 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   its-head connection of the address holding the most (idle before slow, oldest first), unless the newcomer's
   own address would then hold as many; connections being answered are never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
-  running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it, 0 for no
-  limit), and one address gets at most half of them. Writing the cached bytes out is not work: it is bounded
-  by ``write_timeout`` and by one chunk of buffer per connection.
+  running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
+  of 0.1 s for a slot, 0 for no limit), and one address gets at most half of them. Writing the cached bytes
+  out is not work: it is bounded by ``write_timeout`` and by one chunk of buffer per connection. A handler
+  that keeps answering in under a millisecond (bytes from the exposition cache) runs on the loop instead, one
+  request at a time, so a burst of scrapers never queues for workers; one slow run sends it back to them.
 - **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory, the
   rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond).
 - **Client faults are counted, not thrown.** Each kind (timeouts, malformed requests, TLS failures,
@@ -54,6 +56,13 @@ log = structlog.get_logger("http")
 # the throughput of 1.4 MB bodies at 100 connections (more loop turns per byte); 1 MiB gained nothing more.
 CHUNK_BYTES = 256 * 1024
 AUTH_PENDING_PER_ADDRESS = 2
+# A handler that answered this fast this many times in a row on a worker runs on the loop from then on, until
+# one run is slower (see HttpServer._run_inline).
+INLINE_BELOW_SECONDS = 0.001
+INLINE_AFTER_FAST_RUNS = 8
+# Past max_requests a request waits this long for a slot before its 503: a burst of scrapers arriving together
+# (100 at once, before the first is answered) is served, a sustained overload is still refused.
+MAX_REQUESTS_GRACE_SECONDS = 0.1
 LOG_EVERY_SECONDS = 60.0
 
 
@@ -209,6 +218,8 @@ class HttpServer:
         self._in_flight_by: Counter[str] = Counter()
         self._auth_pending: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
+        self._fast_runs = {True: 0, False: 0}  # limited paths or not -> handler runs under 1 ms in a row
+        self._slot_waiters: list[asyncio.Future[None]] = []  # requests waiting out MAX_REQUESTS_GRACE_SECONDS
         self._logged: dict[str, tuple[float, int]] = {}  # kind -> (last logged at, count then)
         self._date = (0, "")
         self._workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="http-worker")
@@ -471,19 +482,33 @@ class HttpServer:
             return Response(405, b"Method Not Allowed\n", headers=(("Allow", "GET, HEAD"),))
         heavy = request.path in self.limits.limited_paths
         limited = heavy and self.limits.max_requests > 0
-        if limited:
-            if (
-                self._in_flight >= self.limits.max_requests
-                or self._in_flight_by[client] >= self.limits.requests_per_address
+        give_up = loop.time() + MAX_REQUESTS_GRACE_SECONDS
+        while True:
+            if self._fast_runs[heavy] >= INLINE_AFTER_FAST_RUNS:
+                return self._run_inline(heavy, request)
+            if not limited or (
+                self._in_flight < self.limits.max_requests
+                and self._in_flight_by[client] < self.limits.requests_per_address
             ):
+                break
+            if loop.time() >= give_up:
                 self._note("max_requests")
                 text = f"Limit of concurrent requests reached ({self.limits.max_requests}), try again later.\n"
                 return Response(503, text.encode())
+            waiter = loop.create_future()
+            self._slot_waiters.append(waiter)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(waiter, max(0.0, give_up - loop.time()))
+        if limited:
             self._in_flight += 1
             self._in_flight_by[client] += 1
+        pool = self._workers if heavy else self._light
         try:
-            return await loop.run_in_executor(self._workers if heavy else self._light, self._handler, request)
+            response, seconds = await loop.run_in_executor(pool, self._timed, request)
+            self._fast_runs[heavy] = self._fast_runs[heavy] + 1 if seconds < INLINE_BELOW_SECONDS else 0
+            return response
         except Exception as exc:  # the handler's fault, not the client's: say so once in the log
+            self._fast_runs[heavy] = 0
             log.error("http_handler_failed", path=request.path, error=repr(exc))
             return Response(500, b"Internal Server Error\n")
         finally:
@@ -492,6 +517,30 @@ class HttpServer:
                 self._in_flight_by[client] -= 1
                 if not self._in_flight_by[client]:
                     del self._in_flight_by[client]
+                waiters, self._slot_waiters = self._slot_waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def _timed(self, request: Request) -> tuple[Response, float]:
+        start = time.perf_counter()
+        response = self._handler(request)
+        return response, time.perf_counter() - start
+
+    def _run_inline(self, heavy: bool, request: Request) -> Response:
+        """The handler on the loop itself: for a handler that has been answering in microseconds (the cached
+        exposition), a thread hand-off costs more than the work and, under a burst, queues requests that then
+        count against ``max_requests``. One slow or failing run sends it back to the workers."""
+        start = time.perf_counter()
+        try:
+            response = self._handler(request)
+        except Exception as exc:
+            self._fast_runs[heavy] = 0
+            log.error("http_handler_failed", path=request.path, error=repr(exc))
+            return Response(500, b"Internal Server Error\n")
+        if time.perf_counter() - start >= INLINE_BELOW_SECONDS:
+            self._fast_runs[heavy] = 0
+        return response
 
     def _http_date(self) -> str:
         now = int(time.time())
