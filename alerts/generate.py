@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from exporter.model.kernel import KERNEL_CLASSES  # noqa: E402 - the tables come from the exporter itself
-from exporter.watchdog.conditions import ALERT_GENERIC, KINDS  # noqa: E402
+from exporter.watchdog.conditions import ALERT_GENERIC, KINDS, node_alerts  # noqa: E402
 
 DEFAULT_SELECTOR = 'job="rocm-watchdog"'
 RUNBOOKS = "https://github.com/rocm-watchdog/rocm-watchdog/blob/main/docs/runbooks.md"
@@ -152,14 +152,13 @@ def device_alerts(r: Rules) -> list[Alert]:
     for name in [*sorted(a for a in by_alert if a != ALERT_GENERIC), ALERT_GENERIC]:
         kinds = by_alert[name]
         severities = {KINDS[k].severity for k in kinds}
-        scopes = {KINDS[k].scope for k in kinds}
         if name == ALERT_GENERIC:
             severity = "{{ $labels.severity }}"
         else:
             assert len(severities) == 1, f"{name} mixes severities {severities}: split it in conditions.py"
             severity = severities.pop()
         expr = r.s("rocm_device_condition", f'condition=~"{"|".join(sorted(kinds))}",cause=""') + " == 1"
-        if scopes == {"node"}:
+        if name in node_alerts():
             expr = f'label_replace({expr}, "path", "$1", "subject", "(.*)")'
         summary, description = _DEVICE_TEXT[name]
         alerts.append(

@@ -19,10 +19,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client import generate_latest as text_latest
 from prometheus_client.core import Metric
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from exporter.metrics.collector import RocmCollector, Section
@@ -87,10 +85,6 @@ class Exposition:
                     packed = body.gzip[openmetrics] = gzip_module.compress(raw, GZIP_LEVEL, mtime=0)
                 return packed
             return body.openmetrics if openmetrics else body.text
-
-    @staticmethod
-    def content_type(openmetrics: bool) -> str:
-        return OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
 
     def _current(self) -> _Body:
         view = self._collector.view()

@@ -42,7 +42,7 @@ from exporter.config import Config
 from exporter.model.devices import Condition, DeviceWatchState
 from exporter.sinks.status import PushStatus, endpoint_label
 from exporter.store import SnapshotStore
-from exporter.watchdog.conditions import KINDS, alert_name, fix_text
+from exporter.watchdog.conditions import alert_name, fix_text, node_alerts
 
 log = structlog.get_logger("alertmanager")
 
@@ -56,16 +56,7 @@ BACKOFF_FIRST_SECONDS = 1.0  # then 2, 4, 8... never more than the resend interv
 Labels = tuple[tuple[str, str], ...]  # sorted by name: an alert's identity, what Alertmanager fingerprints
 
 
-def _node_alerts() -> frozenset[str]:
-    """Alerts whose every condition kind is about a device node: the rules add the subject as ``path`` to those."""
-    scopes: dict[str, set[str]] = {}
-    for spec in KINDS.values():
-        if spec.severity != "info" and spec.alert:
-            scopes.setdefault(spec.alert, set()).add(spec.scope)
-    return frozenset(name for name, kinds in scopes.items() if kinds == {"node"})
-
-
-_PATH_ALERTS = _node_alerts()
+_PATH_ALERTS = node_alerts()
 
 
 def _rfc3339(t: float) -> str:

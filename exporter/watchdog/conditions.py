@@ -143,6 +143,16 @@ def alert_name(kind: str) -> str:
     return spec.alert if spec is not None else ALERT_GENERIC
 
 
+def node_alerts() -> frozenset[str]:
+    """Alerts whose every condition kind is about a device node: they carry the subject as ``path`` too (the label
+    the per-node alerts had), in the rules and in the pushed alerts alike."""
+    scopes: dict[str, set[str]] = {}
+    for spec in KINDS.values():
+        if spec.severity != "info" and spec.alert:
+            scopes.setdefault(spec.alert, set()).add(spec.scope)
+    return frozenset(name for name, kinds in scopes.items() if kinds == {"node"})
+
+
 def fix_text(kind: str, subject: str, details: dict[str, str]) -> str:
     spec = KINDS.get(kind)
     if spec is None:
