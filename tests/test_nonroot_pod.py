@@ -151,15 +151,31 @@ def _interpreter() -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def rocm_watchdog() -> tuple[list[str], dict[str, str]]:
-    """``rocm-watchdog`` as a pod runs it: checked once to work as uid 10001 at all."""
+def rocm_watchdog() -> Iterator[tuple[list[str], dict[str, str]]]:
+    """``rocm-watchdog`` as a pod runs it: checked once to work as uid 10001 at all. A checkout in a private
+    directory (``mktemp -d`` is 0700, as CI's clone may be) is opened for traversal while the tests run: the files
+    are world-readable already, only the closed directories stop uid 10001."""
     argv, env = _interpreter()
-    probe = subprocess.run(
-        [*exporter_priv(), *argv, "--version"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"uid {POD_UID} cannot run the exporter from this checkout: {probe.stderr.strip()[-300:]}")
-    return argv, env
+    opened: list[tuple[Path, int]] = []
+    for top in (PROJECT, Path(sysconfig.get_paths()["purelib"])):
+        real = Path(os.path.realpath(top))
+        for directory in (real, *real.parents):
+            # the import path itself must be listable (Python's finder reads the directory), its ancestors passable
+            need = stat.S_IXOTH | (stat.S_IROTH if directory == real else 0)
+            mode = stat.S_IMODE(os.stat(directory).st_mode)
+            if mode & need != need and directory not in {d for d, _ in opened}:
+                opened.append((directory, mode))
+                os.chmod(directory, mode | need)
+    try:
+        probe = subprocess.run(
+            [*exporter_priv(), *argv, "--version"], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        if probe.returncode != 0:
+            pytest.fail(f"uid {POD_UID} cannot run the exporter from this checkout: {probe.stderr.strip()[-300:]}")
+        yield argv, env
+    finally:
+        for directory, mode in reversed(opened):
+            os.chmod(directory, mode)
 
 
 class Proc:
