@@ -14,7 +14,7 @@ DEFAULT_INTERVALS_SECONDS = {
     "amd-smi": 30.0,
     "sysfs": 15.0,
     "devices": 15.0,
-    "kernel-log": 1.0,
+    "kernel-log": 15.0,  # the heartbeat: records are read as they arrive (scheduler.WaitingSource)
     "processes": 30.0,
 }
 

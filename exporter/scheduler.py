@@ -1,25 +1,42 @@
 """Collect on a schedule, serve from memory.
 
-One APScheduler 3.x interval job per source (``max_instances=1`` so a hung tool never piles up runs,
+One APScheduler 3.x interval job per polled source (``max_instances=1`` so a hung tool never piles up runs,
 ``coalesce=True`` so missed runs collapse into one, jitter so a fleet does not run rocm-smi in lock-step).
-The wrapper here, not the sources, records every source's health in the store.
+A source that can wait for its input (the kernel log: ``WaitingSource``) gets a thread of its own instead,
+which collects whenever input arrives and at least every interval (its heartbeat), so it never reads as stale
+while healthy and costs nothing while the host is quiet. The wrapper here, not the sources, records every
+source's health in the store.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from exporter.sources import Source, SourceError
+from exporter.sources.wakeup import Interrupt, wait_readable
 from exporter.store import SnapshotStore
 
 log = structlog.get_logger("scheduler")
+
+# Collects of a waiting source are at least this far apart: a burst of records is read in one go, not one
+# collect per record (a record still counts within 100 ms of being written).
+MIN_GAP_SECONDS = 0.05
+SHUTDOWN_JOIN_SECONDS = 2.0
+
+
+@runtime_checkable
+class WaitingSource(Protocol):
+    """A source that can block until it has input (poll on a device, inotify on a file)."""
+
+    def wait(self, timeout_seconds: float, interrupt: Interrupt) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +100,8 @@ class Scheduler:
         self._store = store
         self._jobs = list(jobs)
         self._scheduler: Any = None
+        self._interrupt: Interrupt | None = None
+        self._threads: list[threading.Thread] = []
         for job in self._jobs:
             for name in job.names or (job.source.name,):
                 store.register(name, job.interval_seconds, job.max_age_seconds)
@@ -97,7 +116,15 @@ class Scheduler:
             timezone=timezone.utc,
         )
         now = datetime.now(timezone.utc)
+        interrupt = self._interrupt = Interrupt()
         for job in self._jobs:
+            if isinstance(job.source, WaitingSource):
+                thread = threading.Thread(
+                    target=self._follow, args=(job, interrupt), name=f"source-{job.source.name}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+                continue
             scheduler.add_job(
                 run_source,
                 "interval",
@@ -111,6 +138,22 @@ class Scheduler:
         scheduler.start()
         self._scheduler = scheduler
 
+    def _follow(self, job: Scheduled, interrupt: Interrupt) -> None:
+        """A waiting source's thread: collect, then sleep until input, the heartbeat or shutdown."""
+        source = job.source
+        assert isinstance(source, WaitingSource)
+        while not interrupt.is_set():
+            started = time.monotonic()
+            run_source(job.source, self._store)
+            try:
+                source.wait(job.interval_seconds, interrupt)
+            except Exception:  # a bug in waiting must not turn into a busy loop or a dead source
+                log.exception("source_wait_failed", source=job.source.name)
+                interrupt_wait(interrupt, min(job.interval_seconds, 1.0))
+            gap = MIN_GAP_SECONDS - (time.monotonic() - started)
+            if gap > 0:
+                interrupt_wait(interrupt, gap)
+
     def run_all_once(self) -> None:
         """One collection of every source in order (the ``once`` command)."""
         for job in self._jobs:
@@ -121,8 +164,21 @@ class Scheduler:
             # Do not wait for a job stuck on a tool: the daemon kills the tools first (runner.stop_all).
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self._interrupt is not None:
+            self._interrupt.set()
+            for thread in self._threads:  # a collect in progress finishes (it never blocks); then close below
+                thread.join(SHUTDOWN_JOIN_SECONDS)
+            self._threads.clear()
+            self._interrupt.close()
+            self._interrupt = None
         for job in self._jobs:
             try:
                 job.source.close()
             except Exception:
                 log.exception("source_close_failed", source=job.source.name)
+
+
+def interrupt_wait(interrupt: Interrupt, seconds: float) -> None:
+    """Sleep up to ``seconds``, less when the interrupt is set."""
+    if not interrupt.is_set():
+        wait_readable([interrupt.fileno()], seconds)

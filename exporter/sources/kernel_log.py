@@ -31,6 +31,7 @@ from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import KernelLogLineParser, LineScanner, SkippedRecords
 from exporter.sources import SourceError
+from exporter.sources.wakeup import FALLBACK_POLL_SECONDS, FileWatch, Interrupt, wait_readable
 from exporter.statefile import write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
@@ -49,6 +50,14 @@ MAX_WARNINGS = 20
 # A FIFO nobody writes to reads as end of file. Briefly normal (the kmsg-relay reconnects after the exporter
 # opened the FIFO, or restarts); for longer, the exporter is blind: the source fails until a writer is back.
 FIFO_WRITER_GRACE_SECONDS = 10.0
+# The follower thread collects as soon as a record arrives; the cursor file (an fsync'd atomic write) is written
+# at most this often while records keep coming, and at once when they stop. Counts and cursor are written
+# together, so a kill in between re-reads those records and counts them once, as after any restart.
+PERSIST_EVERY_SECONDS = 1.0
+# Lookaheads waiting for their event are decided on a clock: looked at this often while any are waiting.
+PENDING_CHECK_SECONDS = 1.0
+# A FIFO whose writer is gone reads as hung up at once: looked at this often until a writer is back.
+FIFO_NO_WRITER_POLL_SECONDS = 0.5
 AMD_VENDOR = 0x1002
 
 
@@ -70,6 +79,9 @@ class FdReader:
 
     def read(self, size: int) -> bytes:
         return os.read(self.fd, size)
+
+    def fileno(self) -> int:
+        return self.fd
 
     def close(self) -> None:
         os.close(self.fd)
@@ -152,6 +164,11 @@ class StreamReader:
         out.warnings = self.parser.warnings[warned_before:]
         del self.parser.warnings[:]
         return out
+
+    def fileno(self) -> int | None:
+        """The descriptor to poll, when the stream has one (an injected test stream may not)."""
+        fileno = getattr(self.raw, "fileno", None)
+        return fileno() if callable(fileno) else None
 
     def close(self) -> None:
         self.raw.close()
@@ -370,7 +387,10 @@ def parse_cursor(text: str) -> _Cursor:
 
 
 class KernelLogSource:
-    """Source protocol: ``collect()`` every ``intervals_seconds["kernel-log"]`` from one thread, never blocking."""
+    """Source protocol, plus ``wait``: the scheduler's follower thread alternates ``collect()`` (never blocking)
+    with ``wait()`` (blocking until there may be something to read, or the heartbeat
+    ``intervals_seconds["kernel-log"]`` is due), so a record is counted as soon as it is written and a quiet host
+    costs one collect per heartbeat."""
 
     name = "kernel-log"
 
@@ -382,8 +402,11 @@ class KernelLogSource:
         wall_clock: Callable[[], float] = time.time,
         monotonic_clock: Callable[[], float] = time.monotonic,
         kmsg_stream: RawReader | None = None,
+        persist_every_seconds: float = 0.0,
     ) -> None:
-        """``kmsg_stream``: an already open stream of kmsg records to read instead of ``kernel_log_path``."""
+        """``kmsg_stream``: an already open stream of kmsg records to read instead of ``kernel_log_path``.
+        ``persist_every_seconds``: write the cursor at most this often (the daemon: PERSIST_EVERY_SECONDS); 0
+        writes it at the end of every collect that changed it."""
         self.config = config
         self.path = config.kernel_log_path
         self._known_gpus = known_gpus
@@ -411,6 +434,9 @@ class KernelLogSource:
         self._lines_unparsed = 0
         self._warnings: list[str] = []
         self._dirty = False
+        self._persist_every = persist_every_seconds
+        self._persisted_at: float | None = None  # time.monotonic() of the last cursor write
+        self._watch: FileWatch | None = None
 
     # -- set-up -------------------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -590,7 +616,7 @@ class KernelLogSource:
         if pending != self._cursor.pending:
             self._cursor.pending = pending
             self._dirty = True
-        if self._dirty:
+        if self._dirty and self._persist_due() <= 0:
             self._persist()
         self._check_fifo_writer(result)
         return self.state()
@@ -610,6 +636,44 @@ class KernelLogSource:
                 f"{self.path}: no process has had the FIFO open for writing for {absent:.0f} s; nothing is read "
                 "(is the kmsg-relay running?)"
             )
+
+    def _persist_due(self) -> float:
+        """Seconds until the cursor may be written again (0 or less: now)."""
+        if self._persisted_at is None or self._persist_every <= 0:
+            return 0.0
+        return self._persist_every - (time.monotonic() - self._persisted_at)
+
+    # -- waiting (the follower thread) -----------------------------------------------------------------
+    def wait(self, timeout_seconds: float, interrupt: Interrupt) -> None:
+        """Block until the log may have something new, ``timeout_seconds`` pass, deferred work is due (a cursor
+        write, a lookahead to decide) or ``interrupt`` is set."""
+        timeout = timeout_seconds
+        if self._dirty:
+            timeout = min(timeout, max(0.0, self._persist_due()))
+        if self.classifier.pending():
+            timeout = min(timeout, PENDING_CHECK_SECONDS)
+        fds = [interrupt.fileno()]
+        reader = self._reader
+        if isinstance(reader, StreamReader):
+            fd = reader.fileno()
+            if self._no_writer_since is not None:  # a FIFO without writer polls as hung up: look now and then
+                timeout = min(timeout, FIFO_NO_WRITER_POLL_SECONDS)
+            elif fd is None:
+                timeout = min(timeout, FALLBACK_POLL_SECONDS)
+            else:
+                fds.append(fd)
+        elif isinstance(reader, FileFollower):
+            if self._watch is None:
+                self._watch = FileWatch(self.path)
+            self._watch.rearm()
+            watch_fd = self._watch.fileno()
+            if watch_fd is None:
+                timeout = min(timeout, FALLBACK_POLL_SECONDS)
+            else:
+                fds.append(watch_fd)
+        wait_readable(fds, timeout)
+        if self._watch is not None:
+            self._watch.drain()
 
     def _persist(self) -> None:
         cur = self._cursor
@@ -633,11 +697,13 @@ class KernelLogSource:
             if self._unsaved_error != error:
                 log.error("state_write_failed", file=CURSOR_FILE, path=str(self.cursor_path), error=error)
             self._unsaved_error = error
+            self._persisted_at = time.monotonic()  # tried: again in PERSIST_EVERY_SECONDS, not in a busy loop
             return
         if self._unsaved_error is not None:
             log.info("state_write_recovered", file=CURSOR_FILE, path=str(self.cursor_path))
         self._unsaved_error = None
         self._dirty = False
+        self._persisted_at = time.monotonic()
 
     def state(self) -> KernelLogState:
         cur = self._cursor
@@ -658,6 +724,11 @@ class KernelLogSource:
         )
 
     def close(self) -> None:
+        if self._dirty and self._loaded:  # a write deferred by PERSIST_EVERY_SECONDS
+            self._persist()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

@@ -50,9 +50,10 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
         jobs.append(Scheduled(ProcessesSource(config, reports), interval["processes"]))
     if config.enabled("kernel-log"):
         from exporter.inventory import known_gpus
-        from exporter.sources.kernel_log import KernelLogSource
+        from exporter.sources.kernel_log import PERSIST_EVERY_SECONDS, KernelLogSource
 
-        jobs.append(
-            Scheduled(KernelLogSource(config, lambda: known_gpus(store.view(time.time()))), interval["kernel-log"])
+        source = KernelLogSource(
+            config, lambda: known_gpus(store.view(time.time())), persist_every_seconds=PERSIST_EVERY_SECONDS
         )
+        jobs.append(Scheduled(source, interval["kernel-log"]))
     return jobs
