@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -20,12 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import structlog
-import yaml
-
 from exporter import __version__
 from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
-from exporter.logging import configure, default_format
+from exporter.logging import configure, default_format, get_logger
+from exporter.yamlfile import safe_load
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -35,7 +32,7 @@ if TYPE_CHECKING:
 
 EXIT_BAD_CONFIG = 2
 
-log = structlog.get_logger("cli")
+log = get_logger("cli")
 
 
 class ConfigError(Exception):
@@ -240,12 +237,12 @@ def build_config(args: argparse.Namespace) -> Config:
     file_name = getattr(args, "config.file", None)
     if file_name:
         try:
-            loaded = yaml.safe_load(Path(file_name).read_text()) or {}
+            loaded = safe_load(Path(file_name).read_text(), file_name) or {}
             if not isinstance(loaded, dict):
                 raise ValueError("expected a mapping of flag names to values")
             values.update({str(k).removeprefix("--"): v for k, v in loaded.items()})
             from_file = set(values)
-        except (OSError, yaml.YAMLError, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             problems.append(f"--config.file {file_name}: {exc}")
     for key, value in vars(args).items():
         if value is not None and key not in ("command", "config.file"):
@@ -292,7 +289,7 @@ def build_config(args: argparse.Namespace) -> Config:
     if fields.get("alertmanager_urls") and not collectors["devices"]:
         problems.append("--alertmanager.url: pushes the devices collector's conditions; --no-collector.devices is set")
     if not fields.get("nodename"):
-        fields["nodename"] = os.environ.get("NODE_NAME") or socket.gethostname()
+        fields["nodename"] = os.environ.get("NODE_NAME") or os.uname().nodename
     if "log_format" not in fields:
         fields["log_format"] = default_format()
     # --path.rootfs prefixes the three host paths left at their defaults.

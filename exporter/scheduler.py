@@ -15,16 +15,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import structlog
-from apscheduler.schedulers.background import BackgroundScheduler
-
+from exporter.logging import get_logger
 from exporter.sources import Source, SourceError
 from exporter.sources.wakeup import Interrupt, wait_readable
 from exporter.store import SnapshotStore
 
-log = structlog.get_logger("scheduler")
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+log = get_logger("scheduler")
 
 # Collects of a waiting source are at least this far apart: a burst of records is read in one go, not one
 # collect per record (a record still counts within 100 ms of being written).
@@ -83,9 +84,7 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     return True
 
 
-def _record_failure(
-    store: SnapshotStore, name: str, error: str, duration: float, bound: structlog.typing.FilteringBoundLogger
-) -> None:
+def _record_failure(store: SnapshotStore, name: str, error: str, duration: float, bound: FilteringBoundLogger) -> None:
     previous = store.view(time.time()).entries.get(name)
     store.record_failure(name, error, duration, time.time())
     # Log when a source starts failing or fails differently; repeats of the same failure go to debug.
@@ -111,6 +110,8 @@ class Scheduler:
         return self._store
 
     def start(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler  # not for once: 40 ms of imports
+
         scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=timezone.utc,

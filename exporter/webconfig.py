@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-import yaml
+from exporter.logging import get_logger
+from exporter.yamlfile import YamlError, safe_load
 
-log = structlog.get_logger("webconfig")
+log = get_logger("webconfig")
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -110,8 +110,8 @@ class WebConfig:
 def load_web_config(path: Path) -> WebConfig:
     """Read and check the file; every problem is reported together in one WebConfigError."""
     try:
-        raw: Any = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw: Any = safe_load(path.read_text(), str(path))
+    except (OSError, YamlError) as exc:
         raise WebConfigError(f"{path}: {exc}") from None
     if raw is None:
         return WebConfig()

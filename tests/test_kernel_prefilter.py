@@ -442,3 +442,44 @@ def test_followed_file_without_known_gpus_learns_them_from_skipped_lines(tmp_pat
         source.close()
     assert states[0].counts == states[1].counts
     assert states[0].counts[(B, "vram_lost")] == 1
+
+
+def test_the_json_twin_of_the_shipped_rules_is_current_and_used() -> None:
+    """exporter/data/kernel_log_rules.json spares every start PyYAML; it must say what the YAML says."""
+    from exporter.watchdog import kernel_rules
+
+    data = Path(kernel_rules.__file__).resolve().parent.parent / "data"
+    text = (data / kernel_rules.SHIPPED_RULES).read_text(encoding="utf-8")
+    twin = (data / kernel_rules.SHIPPED_RULES_JSON).read_text(encoding="utf-8")
+    assert twin == kernel_rules.shipped_rules_json(text), "run: python -m exporter.watchdog.kernel_rules"
+    from_yaml = kernel_rules.compile_rules(kernel_rules.safe_load(text, "rules"), "x")
+    doc = json.loads(twin)
+    from_twin = kernel_rules.compile_rules(doc["rules"], "x", doc["slot_literals"])
+    assert from_twin.rules == from_yaml.rules and from_twin.traps == from_yaml.traps
+    assert from_twin.prefilter is not None and from_yaml.prefilter is not None
+    assert from_twin.prefilter.keys == from_yaml.prefilter.keys
+    assert from_twin.prefilter.key_slots == from_yaml.prefilter.key_slots
+    kernel_rules.default_rules.cache_clear()
+    assert kernel_rules.default_rules().rules == from_yaml.rules
+
+
+def test_the_twin_spares_yaml_and_a_stale_twin_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from exporter.watchdog import kernel_rules
+
+    parsed: list[str] = []
+    real = kernel_rules.safe_load
+
+    def recording(text: str, name: str) -> object:
+        parsed.append(name)
+        return real(text, name)
+
+    monkeypatch.setattr(kernel_rules, "safe_load", recording)
+    kernel_rules.default_rules.cache_clear()
+    try:
+        assert kernel_rules.default_rules().rules and parsed == []  # the current twin: no YAML parsed
+        monkeypatch.setattr(kernel_rules, "_sha256", lambda text: "not the hash of the shipped YAML")
+        kernel_rules.default_rules.cache_clear()
+        rules = kernel_rules.default_rules()
+        assert parsed == [f"exporter/data/{kernel_rules.SHIPPED_RULES}"] and rules.rules
+    finally:
+        kernel_rules.default_rules.cache_clear()

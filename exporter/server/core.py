@@ -45,11 +45,10 @@ from enum import Enum
 from http import HTTPStatus
 from typing import Any
 
-import structlog
-
+from exporter.logging import get_logger
 from exporter.server.auth import BasicAuth, Verdict
 
-log = structlog.get_logger("http")
+log = get_logger("http")
 
 # A response is written this much at a time, each handed to the kernel before the next: the most a connection
 # buffers in this process (256 KiB x max_connections at worst, with every client reading slowly). 64 KiB halved

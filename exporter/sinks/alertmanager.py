@@ -36,15 +36,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 import requests
-import structlog
 
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model.devices import Condition, DeviceWatchState
 from exporter.sinks.status import PushStatus, endpoint_label
 from exporter.store import SnapshotStore
 from exporter.watchdog.conditions import alert_name, fix_text, node_alerts
 
-log = structlog.get_logger("alertmanager")
+log = get_logger("alertmanager")
 
 API_PATH = "/api/v2/alerts"
 SOURCE = "devices"  # the source whose state is pushed

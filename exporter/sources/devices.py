@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-import structlog
-
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model.devices import (
     ACL_GROUP,
     ACL_GROUP_OBJ,
@@ -52,7 +51,7 @@ from exporter.watchdog.baseline import (
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, evaluate
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HOST_GROUPS = ("render", "video")
 _NODE_NAME = re.compile(r"^(?:card|renderD)[0-9]+$")

@@ -24,9 +24,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
-import structlog
-
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import KernelLogLineParser, LineScanner, SkippedRecords
@@ -36,7 +35,7 @@ from exporter.statefile import write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
 
-log = structlog.get_logger("kernel-log")
+log = get_logger("kernel-log")
 
 KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
 MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the next call

@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
+from exporter.logging import get_logger
 
-log = structlog.get_logger("kmsg-relay")
+log = get_logger("kmsg-relay")
 
 KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
 WAIT_SECONDS = 0.25  # longest single wait: how soon a stop request is seen

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-import structlog
-
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model import ParseError
 from exporter.model.smi import SmiReport
 from exporter.parsers.amd_smi import (
@@ -31,7 +30,7 @@ from exporter.parsers.rocm_smi import completeness, parse_rocm_smi, supports_jso
 from exporter.sources import SourceError
 from exporter.sources.runner import CommandResult, run
 
-log = structlog.get_logger("smi")
+log = get_logger("smi")
 
 Runner = Callable[[Sequence[str], float], CommandResult]
 

@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from exporter.logging import get_logger
 from exporter.model.devices import (
     BASELINE_FORMAT,
     Baseline,
@@ -36,7 +35,7 @@ from exporter.model.gpu import SysfsSnapshot
 from exporter.statefile import commit, fsync_dir, write_atomic, write_temp
 from exporter.watchdog.drift import hip_indices
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BASELINE_FILE = "baseline.json"
 CORRUPT_INFIX = ".corrupt-"

@@ -10,9 +10,8 @@ import json
 import sys
 import time
 
-import structlog
-
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model.devices import DevicesSnapshot
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
@@ -22,7 +21,7 @@ from exporter.watchdog.baseline import EVENT_BASELINE_ACCEPTED, BaselineStore, b
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import evaluate
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def read_current(config: Config) -> tuple[SysfsSnapshot, DevicesSnapshot]:
