@@ -29,6 +29,7 @@ from exporter.sources.kernel_log import KernelLogSource
 from exporter.watchdog.kernel_classify import KernelClassifier, kernel_log_report, match_message
 from exporter.watchdog.kernel_literals import declared_literals_cover, literal_sets, required_literals
 from exporter.watchdog.kernel_rules import KernelRules, KernelRulesError, compile_rules, default_rules, load_rules
+from exporter.yamlfile import safe_load
 
 RULES = default_rules()
 UNFILTERED = replace(RULES, prefilter=None)  # every pattern on every line, every line parsed
@@ -452,7 +453,7 @@ def test_the_json_twin_of_the_shipped_rules_is_current_and_used() -> None:
     text = (data / kernel_rules.SHIPPED_RULES).read_text(encoding="utf-8")
     twin = (data / kernel_rules.SHIPPED_RULES_JSON).read_text(encoding="utf-8")
     assert twin == kernel_rules.shipped_rules_json(text), "run: python -m exporter.watchdog.kernel_rules"
-    from_yaml = kernel_rules.compile_rules(kernel_rules.safe_load(text, "rules"), "x")
+    from_yaml = kernel_rules.compile_rules(safe_load(text, "rules"), "x")
     doc = json.loads(twin)
     from_twin = kernel_rules.compile_rules(doc["rules"], "x", doc["slot_literals"])
     assert from_twin.rules == from_yaml.rules and from_twin.traps == from_yaml.traps
@@ -467,7 +468,7 @@ def test_the_twin_spares_yaml_and_a_stale_twin_is_not_used(monkeypatch: pytest.M
     from exporter.watchdog import kernel_rules
 
     parsed: list[str] = []
-    real = kernel_rules.safe_load
+    real = safe_load
 
     def recording(text: str, name: str) -> object:
         parsed.append(name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Protocol
 
@@ -127,7 +127,7 @@ def _with_dictionary(record: KernelRecord, pairs: Sequence[tuple[str, str]]) -> 
     if not pairs:
         return record
     device = next((_pci_device(v) for k, v in pairs if k == "DEVICE"), None)
-    return replace(record, dictionary=tuple(pairs), device=device)
+    return record._replace(dictionary=tuple(pairs), device=device)
 
 
 def _dmesg_record(m: re.Match[str], lineno: int) -> KernelRecord | None:
@@ -295,7 +295,7 @@ class KernelLogLineParser:
                 self._last = record
             return out
         if line[:1] in (" ", "\t") and self._last is not None and self.format != "plain":
-            out.append(replace(self._last, line=lineno, text=line.strip()))
+            out.append(self._last._replace(line=lineno, text=line.strip()))
             return out
         plain = self._plain(line, lineno)
         if plain is not None:

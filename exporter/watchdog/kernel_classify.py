@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from exporter.model.kernel import UNKNOWN_DEVICE, KernelEvent, KernelRecord
@@ -305,7 +305,7 @@ class KernelClassifier:
         for i, p in enumerate(self._pending):
             if p.rule.lookahead_class == event_class:
                 del self._pending[i]
-                return [replace(p.event, pci_bus=device)]  # oldest first: the GPU that timed out resets first
+                return [p.event._replace(pci_bus=device)]  # oldest first: the GPU that timed out resets first
         return []
 
     def expire(self, now_monotonic: float | None = None) -> list[KernelEvent]:
