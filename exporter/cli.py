@@ -111,6 +111,8 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "smi.timeout": ("smi_timeout_seconds", parse_duration),
     "state.dir": ("state_dir", _path),
     "processes.top-n": ("top_processes", _count),
+    "kubernetes.pod-resources-socket": ("kubernetes_socket", _path),
+    "kubernetes.timeout": ("kubernetes_timeout_seconds", parse_duration),
     "baseline.auto-accept-boots": ("baseline_auto_accept_boots", _count),
     "host.name": ("nodename", str),
     "alertmanager.url": ("alertmanager_urls", _urls),
@@ -140,6 +142,9 @@ _HELP = {
     "smi.timeout": "kill a tool run after this long [20s]",
     "state.dir": "where the baseline and the kernel-log cursor persist [/var/lib/rocm-watchdog]",
     "processes.top-n": "export VRAM of the N largest KFD processes [20]",
+    "kubernetes.pod-resources-socket": "the kubelet's pod-resources socket, read with --collector.kubernetes "
+    "[/var/lib/kubelet/pod-resources/kubelet.sock]",
+    "kubernetes.timeout": "deadline of one pod-resources List call [2s]",
     "baseline.auto-accept-boots": "accept the state as the baseline after N healthy boots, 0 = never [0]",
     "host.name": "the host's name on alerts and rocm_watchdog_host_info [$NODE_NAME, else the hostname]",
     "alertmanager.url": "push active alerts to this Alertmanager (v2 API; comma-separated or repeated) [off]",
@@ -163,7 +168,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             dest=f"collector.{source}",
             action=argparse.BooleanOptionalAction,
             default=None,
-            help=f"enable the {source} source [enabled]",
+            help=f"enable the {source} source [{'enabled' if Config().enabled(source) else 'disabled'}]",
         )
         p.add_argument(
             f"--collector.{source}.interval",
@@ -264,7 +269,7 @@ def build_config(args: argparse.Namespace) -> Config:
                 fields[field_name] = convert(values[flag])
             except (TypeError, ValueError) as exc:
                 problems.append(f"--{flag}: {exc}")
-    collectors = dict.fromkeys(SOURCE_NAMES, True)
+    collectors = dict(Config().collectors)  # the opt-in sources are absent, so off
     intervals = dict(DEFAULT_INTERVALS_SECONDS)
     for source in SOURCE_NAMES:
         enabled = values.get(f"collector.{source}")

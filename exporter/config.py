@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Every source the CLI knows; --collector.<name> / --no-collector.<name> and --collector.<name>.interval.
-SOURCE_NAMES = ("rocm-smi", "amd-smi", "sysfs", "devices", "kernel-log", "processes")
+SOURCE_NAMES = ("rocm-smi", "amd-smi", "sysfs", "devices", "kernel-log", "processes", "kubernetes")
+# Sources that run only when asked for (--collector.kubernetes): they need something a plain host lacks.
+OPT_IN_SOURCES = frozenset({"kubernetes"})
 
 DEFAULT_INTERVALS_SECONDS = {
     "rocm-smi": 30.0,
@@ -16,6 +18,7 @@ DEFAULT_INTERVALS_SECONDS = {
     "devices": 15.0,
     "kernel-log": 15.0,  # the heartbeat: records are read as they arrive (scheduler.WaitingSource)
     "processes": 30.0,
+    "kubernetes": 15.0,
 }
 
 
@@ -36,9 +39,15 @@ class Config:
     smi_backend: str = "auto"  # auto | rocm-smi | amd-smi | both
     smi_timeout_seconds: float = 20.0
     state_dir: Path = Path("/var/lib/rocm-watchdog")
-    collectors: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(SOURCE_NAMES, True))
+    # the sources switched on or off; a source not listed is off (the opt-in ones, until asked for)
+    collectors: dict[str, bool] = field(
+        default_factory=lambda: {s: True for s in SOURCE_NAMES if s not in OPT_IN_SOURCES}
+    )
     intervals_seconds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
     top_processes: int = 20
+    # --collector.kubernetes: the kubelet's pod-resources socket (not under --path.rootfs: mount it where it is)
+    kubernetes_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    kubernetes_timeout_seconds: float = 2.0  # deadline of one pod-resources List call
     baseline_auto_accept_boots: int = 0  # 0: never; N: accept after N healthy boots
     log_level: str = "info"
     log_format: str = "json"

@@ -7,10 +7,10 @@ order given (the collector passes amd-smi before rocm-smi). A field no source kn
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.model.gpu import GpuIdentity, RasCount, SysfsSnapshot
+from exporter.model.gpu import GpuIdentity, GpuTelemetry, RasCount, SysfsSnapshot
 from exporter.model.smi import SmiGpu, SmiReport
 from exporter.parsers.common import normalize_bdf, parse_int
 from exporter.store import StoreView
@@ -42,6 +42,10 @@ class GpuView:
     pcie_link_speed_gts: float | None = None
     pcie_link_width: int | None = None
     ras: tuple[RasCount, ...] = ()
+    # partition modes of a partitionable GPU, on its PCI function only (partitions share them)
+    compute_partition: str | None = None
+    memory_partition: str | None = None
+    telemetry: GpuTelemetry = field(default_factory=GpuTelemetry)  # sysfs only; partitions have none of their own
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,9 @@ def _from_sysfs(gpu: GpuIdentity, driver_version: str | None) -> GpuView:
         pcie_link_speed_gts=gpu.pcie_link_speed_gts,
         pcie_link_width=gpu.pcie_link_width,
         ras=gpu.ras,
+        compute_partition=gpu.compute_partition if gpu.partition_device is None else None,
+        memory_partition=gpu.memory_partition if gpu.partition_device is None else None,
+        telemetry=gpu.telemetry,
     )
 
 
@@ -112,6 +119,9 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
         pcie_link_speed_gts=view.pcie_link_speed_gts,
         pcie_link_width=view.pcie_link_width,
         ras=view.ras,
+        compute_partition=view.compute_partition,
+        memory_partition=view.memory_partition,
+        telemetry=view.telemetry,
     )
 
 

@@ -184,6 +184,10 @@ class FakeGpu:
     # the GPU function then reports the switch-internal link, and the slot link is on the upstream port.
     # Value: the upstream port's (current_link_speed, current_link_width).
     card_switch: tuple[str, int] | None = None
+    # More files, written after (and over) the defaults: ``files`` relative to the PCI function (``pp_dpm_sclk``,
+    # ``ras/gpu_vram_bad_pages``), ``hwmon_files`` in its hwmonN directory (``fan1_input``, ``freq1_label``).
+    files: dict[str, str] = field(default_factory=dict)
+    hwmon_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -680,7 +684,7 @@ def _build_sys(root: FakeRoot) -> None:
         for fname, text in attrs.items():
             if text is not None and fname not in gpu.omit:
                 _write(pci / fname, text)
-        if gpu.power_microwatts is not None or gpu.temps_millidegrees:
+        if gpu.power_microwatts is not None or gpu.temps_millidegrees or gpu.hwmon_files:
             hw_num = gpu.hwmon if gpu.hwmon is not None else hwmon_next
             hwmon_next = max(hwmon_next, hw_num) + 1
             hw = pci / "hwmon" / f"hwmon{hw_num}"
@@ -694,12 +698,17 @@ def _build_sys(root: FakeRoot) -> None:
                         _write(hw / fname, text)
             if gpu.power_microwatts is not None and gpu.power_file not in gpu.omit:
                 _write(hw / gpu.power_file, f"{gpu.power_microwatts}\n")
-                _write(hw / "power1_cap", "300000000\n")
+                if "power1_cap" not in gpu.omit:
+                    _write(hw / "power1_cap", "300000000\n")
+            for fname, text in gpu.hwmon_files.items():
+                _write(hw / fname, text)
         if gpu.ras:
             _write(pci / "ras" / "features", "feature mask: 0x3fbf\n")
             for block, text in gpu.ras:
                 if f"{block}_err_count" not in gpu.omit:
                     _write(pci / "ras" / f"{block}_err_count", text)
+        for fname, text in gpu.files.items():
+            _write(pci / fname, text)
         for fname in gpu.unreadable:
             target = pci / fname
             if target.exists():
@@ -925,3 +934,104 @@ def two_gpu_root(base: Path, **kw: object) -> FakeRoot:
         others=[FakeOther.bmc("0000:63:00.0", card=0)],
         **kw,  # type: ignore[arg-type]
     )
+
+
+# ---- telemetry presets (issue 10) ---------------------------------------------------------------------------
+# The file sets amdgpu gives two very different parts, in the formats amdgpu_pm.c, the swsmu ppt code and
+# amdgpu_ras.c print. Values are plausible for the part, not a capture. Pass ``files``/``hwmon_files`` to
+# override single files, ``omit`` to drop defaults.
+
+
+def radeon_gpu(
+    bdf: str = "0000:0b:00.0", card: int = 1, render: int = 128, kfd_node: int | None = 1, **kw: object
+) -> FakeGpu:
+    """A Radeon RX 7900 XTX (Navi 31, VGA class): fan and PWM, a vddgfx rail, hwmon sclk/mclk, a deep-sleep
+    vclk, a dclk table with no level starred; no RAS directory, no partitions, no fclk/socclk/dcefclk tables,
+    no product_name (consumer boards have no FRU), no unique_id."""
+    files = {
+        "pp_dpm_sclk": "0: 500Mhz \n1: 1800Mhz *\n2: 2526Mhz \n",  # hwmon freq1_input is exact and wins
+        "pp_dpm_mclk": "0: 96Mhz \n1: 456Mhz \n2: 772Mhz \n3: 1249Mhz *\n",
+        "pp_dpm_vclk": "S: 29Mhz *\n0: 500Mhz\n1: 1800Mhz\n",
+        "pp_dpm_dclk": "0: 500Mhz \n1: 1600Mhz \n",
+        "mem_busy_percent": "7\n",
+        "mem_info_gtt_total": "17179869184\n",
+        "mem_info_gtt_used": "118636544\n",
+        "mem_info_vis_vram_total": "25753026560\n",
+        "mem_info_vis_vram_used": "1627340800\n",
+        "pcie_replay_count": "0\n",
+    }
+    hwmon = {
+        "power1_cap": "355000000\n",
+        "power1_cap_max": "402000000\n",
+        "power1_cap_min": "320000000\n",
+        "fan1_input": "1187\n",
+        "pwm1": "77\n",
+        "in0_input": "812\n",
+        "in0_label": "vddgfx\n",
+        "freq1_input": "1825000000\n",
+        "freq1_label": "sclk\n",
+        "freq2_input": "1249000000\n",
+        "freq2_label": "mclk\n",
+    }
+    spec: dict[str, object] = {
+        "device_id": 0x744C,
+        "pci_class": 0x030000,
+        "subsystem": (0x1002, 0x0E3B),
+        "unique_id": None,
+        "vbios": "113-D7020100-102",
+        "vram_total": 25_753_026_560,
+        "vram_used": 1_627_340_800,
+        "busy_percent": 3,
+        "temps_millidegrees": (("edge", 45000), ("junction", 52000), ("mem", 60000)),
+        "power_microwatts": 38_000_000,
+        "power_file": "power1_average",
+        "ras": (),
+        "omit": frozenset({"product_name"}),
+        "files": files,
+        "hwmon_files": hwmon,
+    }
+    spec.update(kw)
+    return FakeGpu(bdf, card=card, render=render, kfd_node=kfd_node, **spec)  # type: ignore[arg-type]
+
+
+def mi300x_gpu(
+    bdf: str = "0000:05:00.0", card: int = 1, render: int = 128, kfd_node: int | None = 1, **kw: object
+) -> FakeGpu:
+    """An Instinct MI300X (OAM, passively cooled): pp_dpm tables for sclk (in deep sleep), mclk, fclk, socclk,
+    vclk, dclk and no dcefclk (no display engine), power1_input and a 750 W cap, no fan, no pwm1, no voltage
+    rails, no hwmon clocks, RAS with two retired pages and one pending, SPX/NPS1 partition files."""
+    files = {
+        "pp_dpm_sclk": "S: 19Mhz *\n0: 500Mhz\n1: 2100Mhz\n",
+        "pp_dpm_mclk": "0: 900Mhz \n1: 1100Mhz \n2: 1200Mhz \n3: 1300Mhz *\n",
+        "pp_dpm_fclk": "0: 1200Mhz \n1: 1400Mhz \n2: 1600Mhz \n3: 2000Mhz *\n",
+        "pp_dpm_socclk": "0: 1200Mhz *\n1: 1400Mhz \n2: 1600Mhz \n3: 1700Mhz \n",
+        "pp_dpm_vclk": "0: 914Mhz *\n1: 1143Mhz \n",
+        "pp_dpm_dclk": "0: 711Mhz *\n1: 1400Mhz \n",
+        "mem_busy_percent": "12\n",
+        "mem_info_gtt_total": "1099511627776\n",
+        "mem_info_gtt_used": "56623104\n",
+        "mem_info_vis_vram_total": "206158430208\n",
+        "mem_info_vis_vram_used": "1610612736\n",
+        "pcie_replay_count": "3\n",
+        "ras/gpu_vram_bad_pages": (
+            "0x0001a2b3 : 0x00001000 : R\n0x0001a2b4 : 0x00001000 : R\n0x00c0ffee : 0x00001000 : P\n"
+        ),
+    }
+    hwmon = {"power1_cap": "750000000\n", "power1_cap_max": "750000000\n", "power1_cap_min": "0\n"}
+    spec: dict[str, object] = {
+        "device_id": 0x74A1,
+        "product_name": "AMD Instinct MI300X",
+        "vbios": "113-M3000100-102",
+        "vram_total": 206_158_430_208,
+        "vram_used": 1_610_612_736,
+        "busy_percent": 0,
+        "temps_millidegrees": (("junction", 41000), ("mem", 36000)),
+        "power_microwatts": 172_000_000,
+        "power_file": "power1_input",
+        "compute_partition": "SPX",
+        "memory_partition": "NPS1",
+        "files": files,
+        "hwmon_files": hwmon,
+    }
+    spec.update(kw)
+    return FakeGpu(bdf, card=card, render=render, kfd_node=kfd_node, **spec)  # type: ignore[arg-type]

@@ -16,12 +16,13 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
-from exporter.metrics.gpu import gpu_families, process_families
+from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
 from exporter.metrics.health import health_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.model.devices import DeviceWatchState
+from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
-from exporter.model.processes import ProcessInfo, ProcessSnapshot
+from exporter.model.processes import PodResourcesSnapshot, ProcessInfo, ProcessSnapshot
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
@@ -74,6 +75,7 @@ class RocmCollector(Collector):
         out = [
             Section("gpus", ("amd-smi", "rocm-smi", "sysfs"), self._gpus),
             Section("processes", ("processes", "amd-smi", "rocm-smi"), self._processes),
+            Section("kubernetes", ("kubernetes", "processes", "sysfs", "amd-smi", "rocm-smi"), self._kubernetes),
             Section("devices", ("devices",), self._devices),
             Section("kernel", every, self._kernel),
             Section("state-files", ("devices", "kernel-log"), self._state_files),
@@ -100,6 +102,21 @@ class RocmCollector(Collector):
         processes = _processes(view)
         if processes is not None:
             yield from process_families(processes, self._config.top_processes)
+            yield from process_gpu_families(processes, self._config.top_processes)
+
+    def _kubernetes(self, view: StoreView) -> Iterator[Metric]:
+        pods = view.fresh_data("kubernetes")
+        if not isinstance(pods, PodResourcesSnapshot):
+            return  # --collector.kubernetes is off, or its last success is too old
+        gpus = gpu_inventory(view) or ()
+        sysfs = view.fresh_data("sysfs")
+        partitions = (
+            {g.partition_device: g.pci_bus for g in sysfs.gpus if g.partition_device}
+            if isinstance(sysfs, SysfsSnapshot)
+            else {}
+        )
+        owners = gpu_owners(pods.allocations, {g.pci_bus for g in gpus}, partitions)
+        yield from pod_families(owners, _processes(view) or (), self._config.top_processes)
 
     def _devices(self, view: StoreView) -> Iterator[Metric]:
         devices = view.fresh_data("devices")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import Metric
 
 from exporter.inventory import GpuView, LinkView
 from exporter.metrics import names
 from exporter.metrics.families import label, new_family
-from exporter.model.processes import ProcessInfo
+from exporter.model.gpu import GpuTelemetry
+from exporter.model.processes import DeviceAllocation, ProcessInfo
+from exporter.parsers.common import normalize_bdf
 
 
 def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator[Metric]:
@@ -61,6 +64,7 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
                     family.add_metric([gpu.pci_bus, ras.block], errors)
     yield from (info, vram_total, vram_used, busy, numa, temperature, power, pcie_speed, pcie_width)
     yield from (ras_ce, ras_ue, ras_de)
+    yield from telemetry_families(gpus)
 
     link_info = new_family(names.GPU_LINK_INFO)
     weight = new_family(names.GPU_LINK_WEIGHT)
@@ -79,6 +83,57 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     yield present
 
 
+# The one-value readings of GpuTelemetry: one series per GPU whose file gave a value.
+_TELEMETRY_SCALARS: tuple[tuple[names.Spec, Callable[[GpuTelemetry], float | None]], ...] = (
+    (names.GPU_POWER_CAP, lambda t: t.power_cap_watts),
+    (names.GPU_POWER_CAP_MAX, lambda t: t.power_cap_max_watts),
+    (names.GPU_POWER_CAP_MIN, lambda t: t.power_cap_min_watts),
+    (names.GPU_FAN_SPEED, lambda t: t.fan_speed_rpm),
+    (names.GPU_FAN_PWM, lambda t: t.fan_pwm_ratio),
+    (names.GPU_MEMORY_BUSY, lambda t: t.memory_busy_ratio),
+    (names.GPU_GTT_TOTAL, lambda t: t.gtt_total_bytes),
+    (names.GPU_GTT_USED, lambda t: t.gtt_used_bytes),
+    (names.GPU_VISIBLE_VRAM_TOTAL, lambda t: t.visible_vram_total_bytes),
+    (names.GPU_VISIBLE_VRAM_USED, lambda t: t.visible_vram_used_bytes),
+    (names.GPU_PCIE_REPLAYS, lambda t: t.pcie_replays),
+)
+
+
+def telemetry_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
+    """The sysfs telemetry of each GPU and its partition mode: a series only for what its files gave."""
+    clock = new_family(names.GPU_CLOCK)
+    scalars = [(new_family(spec), get) for spec, get in _TELEMETRY_SCALARS]
+    voltage = new_family(names.GPU_VOLTAGE)
+    bad_pages = new_family(names.GPU_VRAM_BAD_PAGES)
+    partition = new_family(names.GPU_PARTITION_MODE)
+    for gpu in gpus:
+        t = gpu.telemetry
+        for domain, hertz in t.clocks_hertz:
+            clock.add_metric([gpu.pci_bus, domain], hertz)
+        for family, get in scalars:
+            value = get(t)
+            if value is not None:
+                family.add_metric([gpu.pci_bus], value)
+        for sensor, volts in t.voltages_volts:
+            voltage.add_metric([gpu.pci_bus, sensor], volts)
+        if t.vram_bad_pages is not None:
+            pages = t.vram_bad_pages
+            for status, count in (("retired", pages.retired), ("pending", pages.pending), ("failed", pages.failed)):
+                bad_pages.add_metric([gpu.pci_bus, status], count)
+        if gpu.compute_partition is not None or gpu.memory_partition is not None:
+            partition.add_metric([gpu.pci_bus, label(gpu.compute_partition), label(gpu.memory_partition)], 1)
+    yield clock
+    yield from (family for family, _ in scalars)
+    yield from (voltage, bad_pages, partition)
+
+
+def top_processes(processes: Iterable[ProcessInfo], top_n: int) -> list[ProcessInfo]:
+    """The ``top_n`` processes with the most VRAM (ties by pid): the only ones with per-process series."""
+    with_vram = [p for p in processes if p.vram_used_bytes is not None]
+    with_vram.sort(key=lambda p: (-(p.vram_used_bytes or 0), p.pid))
+    return with_vram[:top_n]
+
+
 def process_families(processes: Iterable[ProcessInfo], top_n: int) -> Iterator[Metric]:
     """``rocm_processes`` counts every process; the VRAM series only the ``top_n`` largest."""
     every = list(processes)
@@ -87,11 +142,89 @@ def process_families(processes: Iterable[ProcessInfo], top_n: int) -> Iterator[M
     yield total
     vram = new_family(names.PROCESS_VRAM)
     info = new_family(names.PROCESS_INFO)
-    with_vram = [p for p in every if p.vram_used_bytes is not None]
-    with_vram.sort(key=lambda p: (-(p.vram_used_bytes or 0), p.pid))
-    for p in with_vram[:top_n]:
+    for p in top_processes(every, top_n):
         vram.add_metric([str(p.pid), label(p.name)], p.vram_used_bytes or 0)
         # Enrichment in an info series of its own, so the VRAM series keep the contract's two labels.
         info.add_metric([str(p.pid), label(p.name), label(p.user), label(p.container_id), label(p.pod_uid)], 1)
     yield vram
     yield info
+
+
+def process_gpu_families(processes: Iterable[ProcessInfo], top_n: int) -> Iterator[Metric]:
+    """Per-GPU VRAM and Slurm job of the processes ``process_families`` exports (the same ``top_n``), so the
+    bound on series stays ``top_n`` processes. A family is left out when it has no series."""
+    vram = new_family(names.PROCESS_GPU_VRAM)
+    slurm = new_family(names.PROCESS_SLURM_JOB)
+    for p in top_processes(processes, top_n):
+        for gpu in p.gpus:
+            # KFD lists every GPU the process's device cgroup allows (all of them on a bare-metal host): a GPU the
+            # process holds no VRAM on would be a series per process and GPU saying nothing.
+            if gpu.vram_used_bytes:
+                vram.add_metric([str(p.pid), gpu.pci_bus], gpu.vram_used_bytes)
+        if p.slurm_job_id is not None:
+            slurm.add_metric([str(p.pid), p.slurm_job_id, label(p.slurm_step)], 1)
+    yield from (family for family in (vram, slurm) if family.samples)
+
+
+# Kubernetes attribution ------------------------------------------------------------------------------------
+
+# The extended-resource namespace of the AMD device plugin: amd.com/gpu, and amd.com/<compute>_<memory>
+# (amd.com/cpx_nps4) for partitions under its "mixed" resource naming. Other plugins' devices (NICs...) can
+# carry PCI addresses too; only these name GPUs.
+AMD_RESOURCE_PREFIX = "amd.com/"
+_XCP_DEVICE = re.compile(r"^amdgpu_xcp[._](\d+)$")
+
+Owner = tuple[str, str, str]  # namespace, pod, container
+
+
+def _device_key(device_id: str) -> str:
+    """A partition's platform device in one spelling: the kernel's ``amdgpu_xcp.N`` (the device plugin globs
+    ``amdgpu_xcp_*``, and reports what it found)."""
+    m = _XCP_DEVICE.match(device_id.strip())
+    return f"amdgpu_xcp.{m[1]}" if m else device_id.strip()
+
+
+def gpu_owners(
+    allocations: Iterable[DeviceAllocation], known_gpus: Collection[str], partition_devices: Mapping[str, str]
+) -> dict[str, set[Owner]]:
+    """{pci_bus: the containers the kubelet allocated it to} for the AMD GPU devices among ``allocations``.
+
+    A device id is a GPU's PCI address (kept when it is a GPU of ``known_gpus``) or a partition's platform
+    device name (``partition_devices``: name -> the partition's pci_bus, from the sysfs identities)."""
+    partitions = {_device_key(name): bus for name, bus in partition_devices.items()}
+    owners: dict[str, set[Owner]] = {}
+    for a in allocations:
+        if not a.resource_name.startswith(AMD_RESOURCE_PREFIX):
+            continue
+        bdf = normalize_bdf(a.device_id)
+        bus = bdf if bdf is not None and bdf in known_gpus else partitions.get(_device_key(a.device_id))
+        if bus is not None:
+            owners.setdefault(bus, set()).add((a.namespace, a.pod, a.container))
+    return owners
+
+
+def process_owner(process: ProcessInfo, owners: Mapping[str, set[Owner]]) -> Owner | None:
+    """The container a process runs in, from the GPUs it uses: the GPUs it holds VRAM on, else every GPU it has
+    opened (in a container, KFD lets it open only the allocated ones). None when those GPUs belong to no
+    container or to several (a shared GPU), or when its cgroup shows it is not in a pod at all."""
+    if process.cgroup_known and process.pod_uid is None:
+        return None  # a host process using a pod's GPU is not that pod's
+    used = [g.pci_bus for g in process.gpus if g.vram_used_bytes]
+    candidates = {o for bus in (used or [g.pci_bus for g in process.gpus]) for o in owners.get(bus, ())}
+    return candidates.pop() if len(candidates) == 1 else None
+
+
+def pod_families(owners: Mapping[str, set[Owner]], processes: Iterable[ProcessInfo], top_n: int) -> Iterator[Metric]:
+    """``rocm_gpu_pod_info`` for every allocated GPU, ``rocm_process_pod_info`` for the ``top_n`` processes of
+    ``process_families`` that ``process_owner`` places."""
+    gpu = new_family(names.GPU_POD)
+    for bus in sorted(owners):
+        for namespace, pod, container in sorted(owners[bus]):
+            gpu.add_metric([bus, namespace, pod, container], 1)
+    yield gpu
+    process = new_family(names.PROCESS_POD)
+    for p in top_processes(processes, top_n):
+        owner = process_owner(p, owners)
+        if owner is not None:
+            process.add_metric([str(p.pid), *owner], 1)
+    yield process

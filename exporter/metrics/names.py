@@ -56,6 +56,64 @@ GPU_RAS_DEFERRED = Spec(
     ("pci_bus", "block"),
     "counter",
 )
+# sysfs telemetry of the PCI function (issue 10): a series only where the driver provides the file
+GPU_CLOCK = Spec(
+    "rocm_gpu_clock_hertz",
+    "Current clock per domain (sclk, mclk, fclk, socclk, dcefclk, vclk, dclk, vclk1, dclk1): hwmon freqN_input, "
+    "else the level pp_dpm_<domain> marks current" + CACHED,
+    ("pci_bus", "domain"),
+)
+GPU_POWER_CAP = Spec("rocm_gpu_power_cap_watts", "Power cap in watts (hwmon power1_cap)" + CACHED, ("pci_bus",))
+GPU_POWER_CAP_MAX = Spec(
+    "rocm_gpu_power_cap_max_watts", "Highest power cap that can be set (hwmon power1_cap_max)" + CACHED, ("pci_bus",)
+)
+GPU_POWER_CAP_MIN = Spec(
+    "rocm_gpu_power_cap_min_watts", "Lowest power cap that can be set (hwmon power1_cap_min)" + CACHED, ("pci_bus",)
+)
+GPU_FAN_SPEED = Spec(
+    "rocm_gpu_fan_speed_rpm", "Fan speed in revolutions per minute (hwmon fan1_input)" + CACHED, ("pci_bus",)
+)
+GPU_FAN_PWM = Spec("rocm_gpu_fan_pwm_ratio", "Fan PWM duty cycle 0..1 (hwmon pwm1 / 255)" + CACHED, ("pci_bus",))
+GPU_MEMORY_BUSY = Spec(
+    "rocm_gpu_memory_busy_ratio", "Memory controller busy ratio 0..1 (mem_busy_percent)" + CACHED, ("pci_bus",)
+)
+GPU_GTT_TOTAL = Spec(
+    "rocm_gpu_gtt_total_bytes", "GTT (system memory mapped for the GPU) size in bytes" + CACHED, ("pci_bus",)
+)
+GPU_GTT_USED = Spec("rocm_gpu_gtt_used_bytes", "GTT in use in bytes" + CACHED, ("pci_bus",))
+GPU_VISIBLE_VRAM_TOTAL = Spec(
+    "rocm_gpu_visible_vram_total_bytes",
+    "CPU-visible VRAM (the part the PCI BAR maps) size in bytes (mem_info_vis_vram_total)" + CACHED,
+    ("pci_bus",),
+)
+GPU_VISIBLE_VRAM_USED = Spec(
+    "rocm_gpu_visible_vram_used_bytes",
+    "CPU-visible VRAM in use in bytes (mem_info_vis_vram_used)" + CACHED,
+    ("pci_bus",),
+)
+GPU_PCIE_REPLAYS = Spec(
+    "rocm_gpu_pcie_replays_total",
+    "PCIe replays (retransmissions after a NAK or timeout) the GPU counted (pcie_replay_count)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_VOLTAGE = Spec(
+    "rocm_gpu_voltage_volts",
+    "Voltage per hwmon rail, sensor from in*_label (vddgfx, vddnb, vddboard)" + CACHED,
+    ("pci_bus", "sensor"),
+)
+GPU_VRAM_BAD_PAGES = Spec(
+    "rocm_gpu_vram_bad_pages",
+    "VRAM pages in the driver's bad-page list by status: retired (reserved, never used again), pending (reserved "
+    "at the next chance), failed (could not be reserved) (ras/gpu_vram_bad_pages)" + CACHED,
+    ("pci_bus", "status"),
+)
+GPU_PARTITION_MODE = Spec(
+    "rocm_gpu_partition_mode_info",
+    "Current compute (SPX..CPX) and memory (NPS1..NPS8) partition mode of a partitionable GPU, 1; on its PCI "
+    "function only, not on each partition (current_compute_partition, current_memory_partition)" + CACHED,
+    ("pci_bus", "compute_partition", "memory_partition"),
+)
 GPU_LINK_INFO = Spec(
     "rocm_gpu_link_info", "1 per linked GPU pair, both directions" + CACHED, ("pci_bus", "peer_pci_bus", "link_type")
 )
@@ -71,6 +129,32 @@ PROCESS_INFO = Spec(
     "rocm_process_info",
     "Who runs a KFD process of rocm_process_vram_used_bytes (join on pid): owner, container, pod; 1" + CACHED,
     ("pid", "process_name", "user", "container_id", "pod_uid"),
+)
+# Per-GPU process VRAM and workload attribution (issue 10): for the processes of rocm_process_vram_used_bytes
+# only (the --processes.top-n bound), each family only when it has series.
+PROCESS_GPU_VRAM = Spec(
+    "rocm_process_gpu_vram_used_bytes",
+    "VRAM a KFD process of rocm_process_vram_used_bytes holds on one GPU (KFD vram_<gpu_id>, else amd-smi); "
+    "GPUs it holds none on have no series" + CACHED,
+    ("pid", "pci_bus"),
+)
+PROCESS_SLURM_JOB = Spec(
+    "rocm_process_slurm_job_info",
+    "The Slurm job and step (0, batch, extern...) a KFD process of rocm_process_vram_used_bytes runs in, from "
+    "its cgroup (join on pid); 1" + CACHED,
+    ("pid", "job_id", "step"),
+)
+PROCESS_POD = Spec(
+    "rocm_process_pod_info",
+    "The Kubernetes pod and container of a KFD process of rocm_process_vram_used_bytes: the one container the "
+    "kubelet allocated the process's GPUs to (--collector.kubernetes; join on pid); 1" + CACHED,
+    ("pid", "namespace", "pod", "container"),
+)
+GPU_POD = Spec(
+    "rocm_gpu_pod_info",
+    "A Kubernetes container the kubelet allocated the GPU or partition to (pod-resources API, "
+    "--collector.kubernetes; join on pci_bus); 1" + CACHED,
+    ("pci_bus", "namespace", "pod", "container"),
 )
 GPUS = Spec("rocm_gpus", "GPUs present now" + CACHED)
 

@@ -29,6 +29,40 @@ class RasCount:
 
 
 @dataclass(frozen=True, slots=True)
+class VramBadPages:
+    """``ras/gpu_vram_bad_pages``: the GPU pages the driver has retired, by status (one line per page)."""
+
+    retired: int = 0  # "R": reserved, no longer handed out
+    pending: int = 0  # "P": marked bad, reserved at the next opportunity
+    failed: int = 0  # "F": could not be reserved
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTelemetry:
+    """Per-interval readings of one amdgpu PCI function from its sysfs and hwmon files (issue 10).
+
+    Each field is None (or empty) when its file is absent, unreadable or implausible: a Radeon has fewer
+    files than an MI300X, and a missing file is never a 0. Partitions (``amdgpu_xcp`` platform devices)
+    have no such files of their own and keep the empty record.
+    """
+
+    clocks_hertz: tuple[tuple[str, float], ...] = ()  # (domain: sclk, mclk, fclk, ..., hertz), current clock
+    power_cap_watts: float | None = None  # hwmon power1_cap
+    power_cap_max_watts: float | None = None  # hwmon power1_cap_max
+    power_cap_min_watts: float | None = None  # hwmon power1_cap_min
+    fan_speed_rpm: int | None = None  # hwmon fan1_input
+    fan_pwm_ratio: float | None = None  # hwmon pwm1, 0..255 -> 0..1
+    voltages_volts: tuple[tuple[str, float], ...] = ()  # (in*_label: vddgfx, vddnb, vddboard; volts)
+    memory_busy_ratio: float | None = None  # mem_busy_percent
+    gtt_total_bytes: int | None = None
+    gtt_used_bytes: int | None = None
+    visible_vram_total_bytes: int | None = None  # mem_info_vis_vram_total: VRAM the CPU can map
+    visible_vram_used_bytes: int | None = None
+    pcie_replays: int | None = None  # pcie_replay_count, since driver load
+    vram_bad_pages: VramBadPages | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class KfdNode:
     """One GPU node of the KFD topology (CPU nodes are not kept)."""
 
@@ -78,6 +112,7 @@ class GpuIdentity:
     pcie_link_speed_gts: float | None = None
     pcie_link_width: int | None = None
     ras: tuple[RasCount, ...] = ()
+    telemetry: GpuTelemetry = GpuTelemetry()
 
 
 @dataclass(frozen=True, slots=True)

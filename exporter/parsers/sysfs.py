@@ -1,8 +1,13 @@
 """Pure parsers for the sysfs files of amdgpu, DRM and the KFD topology.
 
 Text in, values out; no I/O. Every function raises only ``ParseError`` for text it does not understand.
-A value the kernel prints for "unknown" (empty file, ``Unknown``) is ``None``, never 0. Formats are those
-of sysfs-devfs.md sections 1.1 and 2, checked against the captures in shared/fixtures/sysfs.
+A value the kernel prints for "unknown" (empty file, ``Unknown``) is ``None``, never 0. So is a reading
+outside the physical range of its quantity (a negative clock, a 1e17 degree sensor): that is a firmware or
+sensor glitch, not text the parser fails to understand, and exporting it would be a made-up value
+(``parse_busy_percent`` predates this and raises ``ParseError``, which the source turns into None too). Formats
+are those of sysfs-devfs.md sections 1.1 and 2, checked against the captures in shared/fixtures/sysfs; the
+telemetry formats (pp_dpm_*, hwmon, ras/gpu_vram_bad_pages) are those amdgpu_pm.c, the swsmu ppt files and
+amdgpu_ras.c print.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import re
 
 from exporter.model import ParseError
-from exporter.model.gpu import KfdNode, RasCount
+from exporter.model.gpu import KfdNode, RasCount, VramBadPages
 from exporter.parsers.common import is_missing
 
 _INT = re.compile(r"^-?[0-9]+$")
@@ -19,6 +24,22 @@ _LINK_SPEED = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*GT/s(?:\s+PCIe)?$", re.IGNOR
 _HEX_ID = re.compile(r"^(?:0x)?([0-9a-fA-F]{1,16})$")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _RAS_LINE = re.compile(r"^(ue|ce|de)\s*:\s*(-?[0-9]+)$")
+# pp_dpm_<clk>: "%d: %uMhz %s" (the current level starred, trailing space otherwise, or none at all), plus a
+# lettered level on newer SMU code: "S: %uMhz *" (deep sleep, below level 0), "F: %uMhz *" (the actual clock
+# between the levels of a fine-grained domain).
+_DPM_LEVEL = re.compile(r"^([0-9]+|[A-Za-z]):\s*(-?[0-9]+)\s*[Mm][Hh][Zz]\s*(\*)?$")
+# ras/gpu_vram_bad_pages: "0x%08x : 0x%08x : %1s" = page frame : page size : R|P|F, one line per page.
+_BAD_PAGE = re.compile(r"^0x[0-9a-fA-F]{1,16}\s*:\s*0x[0-9a-fA-F]{1,16}\s*:\s*([A-Za-z])$")
+_BAD_PAGE_FLAGS = {"R": "retired", "P": "pending", "F": "failed"}
+
+# Physical ranges: a reading outside is a glitch and is None. Generous on purpose: they reject garbage,
+# not unusual hardware (an MI355X board draws 1.4 kW, a board-input rail is 12 V, fans stop at 0 RPM).
+_CELSIUS = (-100.0, 300.0)
+_WATTS = (0.0, 10_000.0)
+_MAX_MHZ = 20_000  # no amdgpu clock domain runs near 20 GHz
+_VOLTS = (0.0, 60.0)
+_MAX_RPM = 50_000
+_MAX_U64 = (1 << 64) - 1
 
 
 def _single_line(text: str, what: str) -> str:
@@ -105,16 +126,99 @@ def parse_busy_percent(text: str) -> float | None:
     return value / 100.0
 
 
+def _in_range(value: float | None, low: float, high: float) -> float | None:
+    return value if value is not None and low <= value <= high else None
+
+
 def parse_millidegrees(text: str) -> float | None:
-    """hwmon ``tempN_input`` in millidegrees Celsius -> degrees Celsius."""
+    """hwmon ``tempN_input`` in millidegrees Celsius -> degrees Celsius; None outside -100..300 C."""
     value = parse_int_value(text, "temperature")
-    return None if value is None else value / 1000.0
+    return _in_range(None if value is None else value / 1000.0, *_CELSIUS)
 
 
 def parse_microwatts(text: str) -> float | None:
-    """hwmon ``powerN_average`` / ``powerN_input`` in microwatts -> watts."""
+    """hwmon ``powerN_average`` / ``powerN_input`` / ``power1_cap*`` in microwatts -> watts; None outside
+    0..10 kW."""
     value = parse_int_value(text, "power")
-    return None if value is None else value / 1_000_000.0
+    return _in_range(None if value is None else value / 1_000_000.0, *_WATTS)
+
+
+def parse_millivolts(text: str) -> float | None:
+    """hwmon ``inN_input`` (vddgfx, vddnb, vddboard) in millivolts -> volts; None outside 0..60 V."""
+    value = parse_int_value(text, "voltage")
+    return _in_range(None if value is None else value / 1000.0, *_VOLTS)
+
+
+def parse_hwmon_hertz(text: str) -> float | None:
+    """hwmon ``freqN_input`` (sclk, mclk), already in hertz; None outside 0..20 GHz."""
+    value = parse_int_value(text, "frequency")
+    return _in_range(None if value is None else float(value), 0.0, _MAX_MHZ * 1e6)
+
+
+def parse_fan_rpm(text: str) -> int | None:
+    """hwmon ``fan1_input`` in RPM (0 is a stopped fan, zero-RPM mode); None outside 0..50000."""
+    value = parse_int_value(text, "fan speed")
+    return value if value is not None and 0 <= value <= _MAX_RPM else None
+
+
+def parse_pwm_ratio(text: str) -> float | None:
+    """hwmon ``pwm1`` duty cycle 0..255 -> 0..1; None outside 0..255."""
+    value = parse_int_value(text, "pwm")
+    return value / 255.0 if value is not None and 0 <= value <= 255 else None
+
+
+def parse_u64(text: str, what: str = "value") -> int | None:
+    """A count or size that cannot be negative (``mem_info_gtt_used``, ``pcie_replay_count``); None outside
+    the u64 range the kernel prints it from."""
+    value = parse_int_value(text, what)
+    return value if value is not None and 0 <= value <= _MAX_U64 else None
+
+
+def parse_dpm_clock_hz(text: str) -> float | None:
+    """A ``pp_dpm_<clk>`` level table (``0: 852Mhz *``, ``1: 991Mhz``) -> the current clock in hertz.
+
+    The current level is the starred one. A starred lettered level (``S:`` deep sleep, ``F:`` fine-grained)
+    is the actual clock and wins over a starred numbered one; of several starred numbered levels (MI300's
+    SMU stars both ends when they are within its 25 MHz tolerance of the clock) the first is taken. None
+    when no level is starred (the clock matches no level), for an empty file, and below 0 or above 20 GHz.
+    """
+    numbered: int | None = None
+    lettered: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _DPM_LEVEL.match(line)
+        if not m:
+            raise ParseError(f"pp_dpm: not 'N: <MHz>Mhz [*]': {line[:60]!r}", line=number)
+        if m[3] is None:
+            continue
+        mhz = int(m[2])
+        if m[1].isdigit():
+            numbered = mhz if numbered is None else numbered
+        else:
+            lettered = mhz if lettered is None else lettered
+    current = lettered if lettered is not None else numbered
+    return current * 1e6 if current is not None and 0 <= current <= _MAX_MHZ else None
+
+
+def parse_vram_bad_pages(text: str) -> VramBadPages:
+    """``ras/gpu_vram_bad_pages``: one ``0x<pfn> : 0x<size> : <flag>`` line per page, flag R (retired), P
+    (pending) or F (failed to retire). An empty file is no bad page at all."""
+    counts = dict.fromkeys(_BAD_PAGE_FLAGS.values(), 0)
+    # a binary attribute: stray NULs past the last line are not content
+    for number, raw in enumerate(text.replace("\0", "").splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _BAD_PAGE.match(line)
+        if not m:
+            raise ParseError(f"gpu_vram_bad_pages: not '0x<pfn> : 0x<size> : R|P|F': {line[:60]!r}", line=number)
+        status = _BAD_PAGE_FLAGS.get(m[1])
+        if status is None:
+            raise ParseError(f"gpu_vram_bad_pages: unknown flag {m[1]!r}", line=number)
+        counts[status] += 1
+    return VramBadPages(**counts)
 
 
 def parse_ras_count(block: str, text: str) -> RasCount:

@@ -1,10 +1,12 @@
 """KFD processes: who uses the GPUs, enriched from procfs.
 
-PIDs and per-GPU VRAM come from KFD's own sysfs (``class/kfd/kfd/proc/<pid>/vram_<gpu_id>``, what rocm-smi
-itself reads) and from the process lists of the last rocm-smi / amd-smi runs. Enrichment reads the kernel's
-``comm`` name, the owner (named from the host's ``etc/passwd`` under --path.rootfs, so a container sees host
-names) and the cgroup (container id, Kubernetes pod UID). Never the command line or the environment: they
-hold secrets.
+PIDs and per-GPU VRAM come from KFD's own sysfs (``class/kfd/kfd/proc/<pid>/vram_<gpu_id>``, bytes, what rocm-smi
+itself reads) and from the process lists of the last rocm-smi / amd-smi runs. A KFD ``gpu_id`` names a GPU
+through the KFD topology read in the same pass (``topology/nodes/<N>/gpu_id`` and the node's PCI location), so
+the per-GPU figures are keyed by PCI address; amd-smi's per-GPU entries are placed through its own GPU list.
+Enrichment reads the kernel's ``comm`` name, the owner (named from the host's ``etc/passwd`` under
+--path.rootfs, so a container sees host names) and the cgroup (container id, Kubernetes pod UID, Slurm job and
+step). Never the command line or the environment: they hold secrets.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import psutil
 
 from exporter.config import Config
 from exporter.inventory import tool_processes
-from exporter.model.processes import ProcessInfo, ProcessSnapshot
+from exporter.model import ParseError
+from exporter.model.processes import ProcessGpu, ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiReport
-from exporter.parsers.common import parse_int
+from exporter.parsers.common import normalize_bdf, parse_int
 from exporter.parsers.host import parse_cgroup, parse_passwd_file
+from exporter.parsers.slurm import parse_slurm_cgroup
+from exporter.parsers.sysfs import kfd_node_from_properties, parse_kfd_properties
 from exporter.sources import SourceError
 
 
@@ -31,9 +36,9 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def read_kfd_processes(sysfs: Path) -> dict[int, tuple[int | None, tuple[int, ...]]]:
-    """{pid: (VRAM bytes summed over GPUs or None, KFD gpu_ids)} from ``class/kfd/kfd/proc``."""
-    found: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+def read_kfd_processes(sysfs: Path) -> dict[int, tuple[tuple[int, int | None], ...]]:
+    """{pid: ((KFD gpu_id, VRAM bytes or None), ...)} from ``class/kfd/kfd/proc``, in gpu_id order."""
+    found: dict[int, tuple[tuple[int, int | None], ...]] = {}
     proc_dir = sysfs / "class" / "kfd" / "kfd" / "proc"
     try:
         entries = list(os.scandir(proc_dir))
@@ -43,8 +48,7 @@ def read_kfd_processes(sysfs: Path) -> dict[int, tuple[int | None, tuple[int, ..
         pid = parse_int(entry.name)
         if pid is None:
             continue
-        total: int | None = None
-        gpu_ids: list[int] = []
+        per_gpu: list[tuple[int, int | None]] = []
         try:
             files = list(os.scandir(entry.path))
         except OSError:
@@ -53,13 +57,54 @@ def read_kfd_processes(sysfs: Path) -> dict[int, tuple[int | None, tuple[int, ..
             if not f.name.startswith("vram_"):
                 continue
             gpu_id = parse_int(f.name[len("vram_") :])
-            value = parse_int(_read(Path(f.path)))
             if gpu_id is not None:
-                gpu_ids.append(gpu_id)
-            if value is not None:
-                total = (total or 0) + value
-        found[pid] = (total, tuple(sorted(gpu_ids)))
+                per_gpu.append((gpu_id, parse_int(_read(Path(f.path)))))
+        found[pid] = tuple(sorted(per_gpu))
     return found
+
+
+def read_kfd_gpu_buses(sysfs: Path) -> dict[int, str]:
+    """{KFD gpu_id: PCI address} of the GPU nodes of the KFD topology (a partition has its own function number).
+
+    Read with the process list rather than taken from the sysfs source's last snapshot: a gpu_id names a GPU
+    only in the topology of the same moment (a partition-mode change or a driver reload rebuilds it)."""
+    buses: dict[int, str] = {}
+    nodes = sysfs / "class" / "kfd" / "kfd" / "topology" / "nodes"
+    try:
+        numbers = [n for n in os.listdir(nodes) if n.isdigit()]
+    except OSError:
+        return buses
+    for number in numbers:
+        gpu_id = parse_int((_read(nodes / number / "gpu_id") or "").strip())
+        properties = _read(nodes / number / "properties")
+        if not gpu_id or properties is None:
+            continue  # CPU nodes have gpu_id 0
+        try:
+            node = kfd_node_from_properties(int(number), parse_kfd_properties(properties), gpu_id, None)
+        except ParseError:
+            continue  # the sysfs source reports a broken topology; here the GPU just stays unnamed
+        if node is not None and node.pci_bus is not None:
+            buses[gpu_id] = node.pci_bus
+    return buses
+
+
+def tool_process_gpus(reports: Sequence[SmiReport]) -> dict[int, tuple[ProcessGpu, ...]]:
+    """{pid: per-GPU entries} from the tools' process lists where the tool says which GPU (amd-smi): the GPU
+    index placed through the same report's GPU list. The first report that places a pid wins."""
+    merged: dict[int, tuple[ProcessGpu, ...]] = {}
+    for report in reports:
+        bus_of = {g.index: normalize_bdf(g.pci_bus) for g in report.gpus}
+        mine: dict[int, dict[str, int | None]] = {}
+        for p in report.processes:
+            bus = bus_of.get(p.gpu) if p.gpu is not None else None
+            if bus is None or p.pid in merged:
+                continue
+            per_gpu = mine.setdefault(p.pid, {})
+            old = per_gpu.get(bus)
+            per_gpu[bus] = p.vram_used_bytes if old is None else old + (p.vram_used_bytes or 0)
+        for pid, per_gpu in mine.items():
+            merged[pid] = tuple(ProcessGpu(bus, vram) for bus, vram in sorted(per_gpu.items()))
+    return merged
 
 
 class ProcessesSource:
@@ -76,11 +121,18 @@ class ProcessesSource:
         if not self._procfs.is_dir():
             raise SourceError(f"procfs not found at {self._procfs}")
         kfd = read_kfd_processes(self._sysfs)
-        smi = tool_processes(self._smi_reports())
+        buses = read_kfd_gpu_buses(self._sysfs) if kfd else {}
+        reports = self._smi_reports()
+        smi = tool_processes(reports)
+        smi_gpus = tool_process_gpus(reports)
         users, _ = parse_passwd_file(_read(self._passwd) or "")
         infos = []
         for pid in sorted(set(kfd) | set(smi)):
-            kfd_vram, gpu_ids = kfd.get(pid, (None, ()))
+            per_gpu = kfd.get(pid, ())
+            known = [vram for _, vram in per_gpu if vram is not None]
+            kfd_vram = sum(known) if known else None
+            on_kfd = [ProcessGpu(buses[gpu_id], vram) for gpu_id, vram in per_gpu if gpu_id in buses]
+            gpus = tuple(sorted(on_kfd, key=lambda g: g.pci_bus)) or smi_gpus.get(pid, ())
             tool_name, smi_vram = smi.get(pid, (None, None))
             comm = _read(self._procfs / str(pid) / "comm")
             user: str | None = None
@@ -89,7 +141,9 @@ class ProcessesSource:
                 user = users.get(uid, str(uid))
             except (psutil.Error, OSError):
                 pass  # gone, or another pid namespace: keep what the tools said
-            container, pod = parse_cgroup(_read(self._procfs / str(pid) / "cgroup") or "")
+            cgroup = _read(self._procfs / str(pid) / "cgroup")
+            container, pod = parse_cgroup(cgroup or "")
+            job, step = parse_slurm_cgroup(cgroup or "")
             infos.append(
                 ProcessInfo(
                     pid=pid,
@@ -98,7 +152,11 @@ class ProcessesSource:
                     container_id=container,
                     pod_uid=pod,
                     vram_used_bytes=kfd_vram if kfd_vram is not None else smi_vram,
-                    gpu_ids=gpu_ids,
+                    gpu_ids=tuple(gpu_id for gpu_id, _ in per_gpu),
+                    gpus=gpus,
+                    cgroup_known=cgroup is not None,
+                    slurm_job_id=job,
+                    slurm_step=step,
                 )
             )
         return ProcessSnapshot(tuple(infos))

@@ -48,6 +48,10 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
             return smi_reports(store.view(time.time()))
 
         jobs.append(Scheduled(ProcessesSource(config, reports), interval["processes"]))
+    if config.enabled("kubernetes"):  # opt-in: --collector.kubernetes; grpcio is imported by its first run
+        from exporter.sources.podresources import PodResourcesSource
+
+        jobs.append(Scheduled(PodResourcesSource(config), interval["kubernetes"], config.kubernetes_timeout_seconds))
     if config.enabled("kernel-log"):
         from exporter.inventory import known_gpus
         from exporter.sources.kernel_log import PERSIST_EVERY_SECONDS, KernelLogSource

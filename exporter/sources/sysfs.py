@@ -13,6 +13,10 @@ follows sysfs-devfs.md section 3:
    ``devices/platform/amdgpu_xcp.N`` (``amdgpu_xcp_N`` accepted too); their BDF, parent and partition
    index come from KFD only (the function bits of ``location_id``).
 
+4. Per-interval state of each amdgpu PCI function (``with_state``): VRAM, busy, PCIe link, RAS counters and
+   the telemetry of ``GpuTelemetry`` (clocks, power cap, fan, voltages, GTT, bad pages...). Partitions have
+   no such files of their own and get none.
+
 A missing file leaves that one field None. An unreadable one (EBUSY/ENODATA during a GPU reset,
 EACCES) or unparsable one does too, and adds a line to ``SysfsSnapshot.warnings``; it never fails the
 GPU or the walk.
@@ -30,7 +34,15 @@ from typing import Literal, TypeVar
 
 from exporter.config import Config
 from exporter.model import ParseError
-from exporter.model.gpu import DrmMinor, GpuIdentity, KfdNode, OtherDrmDevice, RasCount, SysfsSnapshot
+from exporter.model.gpu import (
+    DrmMinor,
+    GpuIdentity,
+    GpuTelemetry,
+    KfdNode,
+    OtherDrmDevice,
+    RasCount,
+    SysfsSnapshot,
+)
 from exporter.parsers import sysfs as p
 from exporter.parsers.common import normalize_bdf
 from exporter.sources import SourceError
@@ -41,8 +53,14 @@ _CARD = re.compile(r"^card([0-9]+)$")
 _RENDER = re.compile(r"^renderD([0-9]+)$")
 _BDF_NAME = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _XCP = re.compile(r"^amdgpu_xcp[._][0-9]+$")
-_TEMP_INPUT = re.compile(r"^temp([0-9]+)_input$")
+_HWMON_INPUT = re.compile(r"^(temp|in|freq)([0-9]+)_input$")
 _MAX_READ = 1 << 16  # sysfs attributes are one page; anything larger is not an attribute we read
+# ras/gpu_vram_bad_pages is a binary attribute of 28 bytes per page with no size limit of its own
+_MAX_BAD_PAGES_READ = 1 << 22
+# pp_dpm_<domain> clock tables, in export order; vclk1/dclk1 are the second VCN instance (Navi 2x/3x)
+DPM_DOMAINS = ("sclk", "mclk", "fclk", "socclk", "dcefclk", "vclk", "dclk", "vclk1", "dclk1")
+# amdgpu_pm.c labels freq1 "sclk" and freq2 "mclk"; the mapping stands in for a missing label
+_FREQ_DOMAINS = {1: "sclk", 2: "mclk"}
 
 _KINDS = {
     "ast": "bmc",
@@ -104,20 +122,24 @@ class _Reader:
                 continue
         return str(path)
 
-    def text(self, path: Path) -> str | None:
+    def text(self, path: Path, limit: int = _MAX_READ) -> str | None:
         try:
             with open(path, "rb") as fh:
-                data = fh.read(_MAX_READ)
+                data = fh.read(limit + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             name = errno.errorcode.get(exc.errno or 0, "error")
             self.warnings.append(f"{self.rel(path)}: unreadable ({name}: {exc.strerror})")
             return None
+        if len(data) > limit:
+            # a truncated table would be a wrong count, not a partial one
+            self.warnings.append(f"{self.rel(path)}: larger than {limit} bytes, not read")
+            return None
         return data.decode("utf-8", errors="replace")
 
-    def value(self, path: Path, parse: Callable[[str], T | None]) -> T | None:
-        text = self.text(path)
+    def value(self, path: Path, parse: Callable[[str], T | None], limit: int = _MAX_READ) -> T | None:
+        text = self.text(path, limit)
         if text is None:
             return None
         try:
@@ -258,30 +280,105 @@ def _read_kfd(reader: _Reader, sysfs: Path) -> tuple[list[KfdNode], tuple[int, i
     return nodes, kfd_dev
 
 
-def _read_hwmon(reader: _Reader, device: Path) -> tuple[tuple[tuple[str, float], ...], float | None]:
-    temps: list[tuple[int, str, float]] = []
+@dataclass
+class _Hwmon:
+    """What the amdgpu hwmon directory says: sensors by (index, label), the rest the first value found."""
+
+    temps: list[tuple[int, str, float]] = field(default_factory=list)
+    voltages: list[tuple[int, str, float]] = field(default_factory=list)
+    clocks: dict[str, float] = field(default_factory=dict)  # freqN_label -> hertz
     power: float | None = None
+    cap: float | None = None
+    cap_max: float | None = None
+    cap_min: float | None = None
+    fan_rpm: int | None = None
+    pwm: float | None = None
+
+
+def _first(current: T | None, reader: _Reader, path: Path, parse: Callable[[str], T | None]) -> T | None:
+    return current if current is not None else reader.value(path, parse)
+
+
+def _read_hwmon(reader: _Reader, device: Path) -> _Hwmon:
+    out = _Hwmon()
     for hw in reader.listdir(device / "hwmon"):
         if not hw.startswith("hwmon"):
             continue
         hw_dir = device / "hwmon" / hw
         for name in reader.listdir(hw_dir):
-            m = _TEMP_INPUT.match(name)
+            m = _HWMON_INPUT.match(name)
             if not m:
                 continue
-            value = reader.value(hw_dir / name, p.parse_millidegrees)
-            if value is None:
-                continue
-            label = reader.value(hw_dir / f"temp{m[1]}_label", p.parse_string) or f"temp{m[1]}"
-            temps.append((int(m[1]), label, value))
-        if power is None:
+            kind, index = m[1], int(m[2])
+            if kind == "temp":
+                temp = reader.value(hw_dir / name, p.parse_millidegrees)
+                if temp is not None:
+                    label = reader.value(hw_dir / f"temp{index}_label", p.parse_string) or f"temp{index}"
+                    out.temps.append((index, label, temp))
+            elif kind == "in":
+                volts = reader.value(hw_dir / name, p.parse_millivolts)
+                if volts is not None:
+                    label = reader.value(hw_dir / f"in{index}_label", p.parse_string) or f"in{index}"
+                    out.voltages.append((index, label, volts))
+            else:
+                hertz = reader.value(hw_dir / name, p.parse_hwmon_hertz)
+                if hertz is not None:
+                    domain = reader.value(hw_dir / f"freq{index}_label", p.parse_string)
+                    out.clocks.setdefault(domain or _FREQ_DOMAINS.get(index, f"freq{index}"), hertz)
+        if out.power is None:
             # power1_average on older ASICs, power1_input on newer ones (MI300): the average wins when both exist.
             for name in ("power1_average", "power1_input"):
-                power = reader.value(hw_dir / name, p.parse_microwatts)
-                if power is not None:
+                out.power = reader.value(hw_dir / name, p.parse_microwatts)
+                if out.power is not None:
                     break
-    temps.sort()
-    return tuple((label, value) for _, label, value in temps), power
+        out.cap = _first(out.cap, reader, hw_dir / "power1_cap", p.parse_microwatts)
+        out.cap_max = _first(out.cap_max, reader, hw_dir / "power1_cap_max", p.parse_microwatts)
+        out.cap_min = _first(out.cap_min, reader, hw_dir / "power1_cap_min", p.parse_microwatts)
+        out.fan_rpm = _first(out.fan_rpm, reader, hw_dir / "fan1_input", p.parse_fan_rpm)
+        out.pwm = _first(out.pwm, reader, hw_dir / "pwm1", p.parse_pwm_ratio)
+    out.temps.sort()
+    out.voltages.sort()
+    return out
+
+
+def _clocks(reader: _Reader, device: Path, hwmon: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """The current clock per domain: hwmon's ``freqN_input`` (the SMU's reading, in Hz) where it has the
+    domain, else the starred level of ``pp_dpm_<domain>`` (each read of those asks the SMU, so the domains
+    hwmon already gave are not read again)."""
+    out: list[tuple[str, float]] = []
+    for domain in DPM_DOMAINS:
+        hertz = hwmon.get(domain)
+        if hertz is None:
+            hertz = reader.value(device / f"pp_dpm_{domain}", p.parse_dpm_clock_hz)
+        if hertz is not None:
+            out.append((domain, hertz))
+    out += sorted((d, hz) for d, hz in hwmon.items() if d not in DPM_DOMAINS)
+    return tuple(out)
+
+
+def _u64(what: str) -> Callable[[str], int | None]:
+    return lambda text: p.parse_u64(text, what)
+
+
+def _read_telemetry(reader: _Reader, device: Path, hw: _Hwmon) -> GpuTelemetry:
+    return GpuTelemetry(
+        clocks_hertz=_clocks(reader, device, hw.clocks),
+        power_cap_watts=hw.cap,
+        power_cap_max_watts=hw.cap_max,
+        power_cap_min_watts=hw.cap_min,
+        fan_speed_rpm=hw.fan_rpm,
+        fan_pwm_ratio=hw.pwm,
+        voltages_volts=tuple((label, volts) for _, label, volts in hw.voltages),
+        memory_busy_ratio=reader.value(device / "mem_busy_percent", p.parse_busy_percent),
+        gtt_total_bytes=reader.value(device / "mem_info_gtt_total", _u64("mem_info_gtt_total")),
+        gtt_used_bytes=reader.value(device / "mem_info_gtt_used", _u64("mem_info_gtt_used")),
+        visible_vram_total_bytes=reader.value(device / "mem_info_vis_vram_total", _u64("mem_info_vis_vram_total")),
+        visible_vram_used_bytes=reader.value(device / "mem_info_vis_vram_used", _u64("mem_info_vis_vram_used")),
+        pcie_replays=reader.value(device / "pcie_replay_count", _u64("pcie_replay_count")),
+        vram_bad_pages=reader.value(
+            device / "ras" / "gpu_vram_bad_pages", p.parse_vram_bad_pages, limit=_MAX_BAD_PAGES_READ
+        ),
+    )
 
 
 def _read_ras(reader: _Reader, device: Path) -> tuple[RasCount, ...]:
@@ -337,25 +434,26 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
     )
     if not with_state:
         return gpu
-    temps, power = _read_hwmon(reader, d)
+    hw = _read_hwmon(reader, d)
     link = _slot_link_dir(reader, d)
     return replace(
         gpu,
         vram_total_bytes=reader.value(d / "mem_info_vram_total", p.parse_int_value),
         vram_used_bytes=reader.value(d / "mem_info_vram_used", p.parse_int_value),
         busy_ratio=reader.value(d / "gpu_busy_percent", p.parse_busy_percent),
-        temperatures_celsius=temps,
-        power_watts=power,
+        temperatures_celsius=tuple((label, value) for _, label, value in hw.temps),
+        power_watts=hw.power,
         pcie_link_speed_gts=reader.value(link / "current_link_speed", p.parse_link_speed),
         pcie_link_width=reader.value(link / "current_link_width", p.parse_link_width),
         ras=_read_ras(reader, d),
+        telemetry=_read_telemetry(reader, d, hw),
     )
 
 
 def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
     """Walk ``sysfs`` (the directory that plays ``/sys``) once. See the module docstring.
 
-    ``with_state=False`` skips the per-interval values (VRAM, busy, hwmon, link, RAS) and keeps the
+    ``with_state=False`` skips the per-interval values (VRAM, busy, hwmon, link, RAS, telemetry) and keeps the
     identity (BDF, unique_id, minors, KFD, partition modes, ids, numa node). Raises SourceError only when
     ``sysfs`` itself cannot be listed; no amdgpu at all is an empty snapshot.
     """
