@@ -17,14 +17,9 @@ from prometheus_client.core import Metric
 from exporter.config import Config
 from exporter.metrics.kernel import kernel_families
 from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
-from exporter.sources import SourceError, kernel_log
-from exporter.sources.kernel_log import (
-    CURSOR_FILE,
-    FdReader,
-    KernelLogSource,
-    StreamReader,
-    gpu_ports,
-)
+from exporter.sources import SourceError, kernel_log, logread
+from exporter.sources.kernel_log import CURSOR_FILE, KernelLogSource, gpu_ports
+from exporter.sources.logread import FdReader, StreamReader
 
 A, B = "0000:03:00.0", "0000:43:00.0"
 BOOT1 = "11111111-2222-3333-4444-555555555555"
@@ -532,9 +527,8 @@ def test_records_lost_on_a_first_start_and_after_a_reboot(host: Host, fifo: Fifo
 def test_a_large_backlog_is_read_a_slice_per_collect_and_counted_once(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import exporter.sources.kernel_log as kernel_log
 
-    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", 4096)  # a small slice, so a small file is a backlog
+    monkeypatch.setattr(logread, "MAX_BYTES_PER_COLLECT", 4096)  # a small slice, so a small file is a backlog
     lines = [
         f"[{100 + i:5d}.000000] usb 1-1: new high-speed USB device number {i} using xhci_hcd\n" for i in range(300)
     ]
@@ -554,9 +548,8 @@ def test_a_large_backlog_is_read_a_slice_per_collect_and_counted_once(
 
 
 def test_an_endless_line_is_dropped_not_kept(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
-    import exporter.sources.kernel_log as kernel_log
 
-    monkeypatch.setattr(kernel_log, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(logread, "MAX_LINE_BYTES", 1000)
     host.log.write_bytes(b"x" * 5000)  # no newline yet: kept as a partial line, until it is too long for one
     src = host.source()
     state = src.collect()
@@ -612,14 +605,14 @@ def test_a_kmsg_record_cut_by_the_read_budget_keeps_its_dictionary(
     instead of being counted without its device (two GPUs: without DEVICE= it would go to unknown)."""
     record = kmsg(7, "amdgpu: GPU reset begin!", 6, device=B)
     header = record.split(b"\n", 1)[0] + b"\n"
-    monkeypatch.setattr(kernel_log, "KMSG_READ_SIZE", len(header))
-    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", len(header))
+    monkeypatch.setattr(logread, "KMSG_READ_SIZE", len(header))
+    monkeypatch.setattr(logread, "MAX_BYTES_PER_COLLECT", len(header))
     src = host.source()
     src.collect()
     fifo.write(record)
     assert counts(src.collect()) == {}  # the header only: held, not counted without its dictionary
-    monkeypatch.setattr(kernel_log, "KMSG_READ_SIZE", 16384)
-    monkeypatch.setattr(kernel_log, "MAX_BYTES_PER_COLLECT", 8 << 20)
+    monkeypatch.setattr(logread, "KMSG_READ_SIZE", 16384)
+    monkeypatch.setattr(logread, "MAX_BYTES_PER_COLLECT", 8 << 20)
     state = src.collect()
     assert counts(state) == {(B, "gpu_reset_begin"): 1} and state.last_seq == 7
     src.close()

@@ -543,7 +543,9 @@ def test_the_relay_feeds_the_non_root_exporter_exactly_once(pod: Pod, host: Fake
     assert first.value(events, **test_class) is None  # a class of its own: no series before its first event
     seq1 = kernel_record(comm, tmp)  # the kernel's own record, through the relay
     first.wait_value(events, 1.0, **test_class)
-    assert last_seq(host) >= seq1 > marker
+    # counted at once; the cursor follows within PERSIST_EVERY_SECONDS (and at the latest on the stop below)
+    wait_until("the cursor records it", lambda: last_seq(host) >= seq1)
+    assert seq1 > marker
     lost = first.value("rocm_kernel_log_records_lost_total")
     assert first.proc.stop() == 0
     before = cursor(host)
@@ -565,7 +567,8 @@ def test_the_relay_feeds_the_non_root_exporter_exactly_once(pod: Pod, host: Fake
     assert not [e for e in second.proc.events() if e.get("event") == "state_file_corrupt"]
     seq3 = kernel_record(comm, tmp)  # and one while it runs
     second.wait_value(events, 3.0, **test_class)
-    assert last_seq(host) >= seq3 > seq2 > seq1
+    wait_until("the cursor records it", lambda: last_seq(host) >= seq3)
+    assert seq3 > seq2 > seq1
     assert second.proc.stop() == 0
     for name in ("baseline.json", CURSOR_FILE):
         assert (host.state_dir / name).stat().st_uid == POD_UID

@@ -22,27 +22,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar
 
 from exporter.config import Config
 from exporter.logging import get_logger
 from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
-from exporter.parsers.kernel_log import KernelLogLineParser, LineScanner, SkippedRecords
+from exporter.parsers.kernel_log import SkippedRecords
 from exporter.sources import SourceError
+from exporter.sources.logread import FdReader, FileFollower, RawReader, ReadResult, StreamReader, trim_heap
 from exporter.sources.wakeup import FALLBACK_POLL_SECONDS, FileWatch, Interrupt, wait_readable
-from exporter.statefile import write_atomic
+from exporter.statefile import remove_stale_temps, write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity
 from exporter.watchdog.kernel_rules import KernelRules, load_rules
 
 log = get_logger("kernel-log")
 
-KMSG_READ_SIZE = 16384  # one /dev/kmsg record per read; a buffer that is too small gives EINVAL
-MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the next call
-# Bytes one collect() reads at most, so a large backlog (a multi-GB kern.log on first start, a flood through a
-# FIFO) is worked off a slice per interval with bounded memory instead of all at once.
-MAX_BYTES_PER_COLLECT = 8 << 20
-MAX_LINE_BYTES = 64 << 10  # a "line" longer than this without a newline is not a log line: dropped, warned
 CURSOR_FILE = "kernel-log-cursor.json"
 CURSOR_VERSION = 1
 MAX_WARNINGS = 20
@@ -53,218 +47,12 @@ FIFO_WRITER_GRACE_SECONDS = 10.0
 # at most this often while records keep coming, and at once when they stop. Counts and cursor are written
 # together, so a kill in between re-reads those records and counts them once, as after any restart.
 PERSIST_EVERY_SECONDS = 1.0
+TRIM_AFTER_BYTES = 16 << 20  # a backlog this large read in one go: its memory is given back once it is done
 # Lookaheads waiting for their event are decided on a clock: looked at this often while any are waiting.
 PENDING_CHECK_SECONDS = 1.0
 # A FIFO whose writer is gone reads as hung up at once: looked at this often until a writer is back.
 FIFO_NO_WRITER_POLL_SECONDS = 0.5
 AMD_VENDOR = 0x1002
-
-
-class RawReader(Protocol):
-    """What the stream reader needs from an open file: ``os.read`` semantics on a non-blocking descriptor.
-
-    ``read`` raises BlockingIOError when nothing is pending, BrokenPipeError (EPIPE) when /dev/kmsg overwrote
-    records before they were read, and returns b"" at end of file (a FIFO without a writer).
-    """
-
-    def read(self, size: int) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class FdReader:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def read(self, size: int) -> bytes:
-        return os.read(self.fd, size)
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-Item = TypeVar("Item", KernelRecord, "KernelRecord | SkippedRecords")
-
-
-@dataclass(slots=True)
-class ReadResult(Generic[Item]):
-    records: list[Item] = field(default_factory=list)  # a followed file also gives SkippedRecords
-    overruns: int = 0  # EPIPE: the reader fell behind the ring buffer
-    overrun_at: list[int] = field(default_factory=list)  # len(records) when each EPIPE came
-    warnings: list[str] = field(default_factory=list)
-    lines_unparsed: int = 0
-    writer_gone: bool = False  # a FIFO read returned end of file: no process has it open for writing
-
-
-def _cap_partial(partial: bytes, out: ReadResult[Item]) -> bytes:
-    """An unterminated tail longer than any log line is not one: drop it with a warning, keep memory bounded."""
-    if len(partial) <= MAX_LINE_BYTES:
-        return partial
-    out.warnings.append(f"dropped {len(partial)} bytes without a newline: not a kernel-log line")
-    out.lines_unparsed += 1
-    return b""
-
-
-class StreamReader:
-    """Reads records from a character device (/dev/kmsg: one record per read) or a FIFO (a byte stream).
-
-    Bytes are split into lines and parsed incrementally; an incomplete last line waits for the next read.
-    """
-
-    def __init__(self, raw: RawReader, fmt: str | None) -> None:
-        self.raw = raw
-        self.parser = KernelLogLineParser(fmt)
-        self._partial = b""
-        self._lineno = 0
-
-    def _lines(self, data: bytes, out: ReadResult[KernelRecord]) -> None:
-        data = self._partial + data
-        *complete, self._partial = data.split(b"\n")
-        self._partial = _cap_partial(self._partial, out)
-        for raw_line in complete:
-            self._lineno += 1
-            out.records.extend(self.parser.feed(raw_line.decode("utf-8", "replace"), self._lineno))
-
-    def read_available(self) -> ReadResult[KernelRecord]:
-        out: ReadResult[KernelRecord] = ReadResult()
-        unparsed_before = self.parser.lines_unparsed
-        warned_before = len(self.parser.warnings)
-        budget = MAX_BYTES_PER_COLLECT
-        drained = False
-        for _ in range(MAX_READS_PER_COLLECT):
-            if budget <= 0:
-                break
-            try:
-                data = self.raw.read(KMSG_READ_SIZE)
-            except BlockingIOError:
-                drained = True
-                break
-            except BrokenPipeError:
-                out.records.extend(self.parser.flush())
-                out.overruns += 1  # the position already moved to the oldest record; keep reading
-                out.overrun_at.append(len(out.records))
-                continue
-            except InterruptedError:
-                continue
-            if not data:
-                drained = out.writer_gone = True
-                break
-            budget -= len(data)
-            self._lines(data, out)
-        # A kmsg record read last is complete once nothing more is pending (a kmsg-relay writes each record in one
-        # write). Cut off by the budget, its dictionary lines (DEVICE=) may still be in the FIFO: held for the
-        # next call, which continues the same stream.
-        if drained:
-            out.records.extend(self.parser.flush())
-        out.lines_unparsed += self.parser.lines_unparsed - unparsed_before
-        out.warnings = self.parser.warnings[warned_before:]
-        del self.parser.warnings[:]
-        return out
-
-    def fileno(self) -> int | None:
-        """The descriptor to poll, when the stream has one (an injected test stream may not)."""
-        fileno = getattr(self.raw, "fileno", None)
-        return fileno() if callable(fileno) else None
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-class FileFollower:
-    """Follows a text log file (any dmesg or journal format): keeps its offset, handles rotation and truncation.
-
-    Rotation (the path now names another inode): the old file is read to its end, then the new one from the
-    start. Truncation (the file is shorter than the offset): read again from the start.
-    """
-
-    def __init__(self, path: Path, scanner: LineScanner | None = None) -> None:
-        self.path = path
-        self.parser = KernelLogLineParser()
-        self.scanner = scanner  # the rules' literal scan: lines without a literal are counted, not parsed
-        self._fd: int | None = None
-        self._ident: tuple[int, int] = (0, 0)  # (st_dev, st_ino)
-        self.offset = 0  # end of the last complete line consumed
-        self._partial = b""
-        self._lineno = 0
-
-    def open(self, cursor: Mapping[str, object] | None) -> None:
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        st = os.fstat(self._fd)
-        self._ident = (st.st_dev, st.st_ino)
-        if cursor is not None:
-            offset = cursor.get("offset")
-            if (
-                cursor.get("dev") == st.st_dev
-                and cursor.get("ino") == st.st_ino
-                and isinstance(offset, int)
-                and 0 <= offset <= st.st_size
-            ):
-                self.offset = offset
-        os.lseek(self._fd, self.offset, os.SEEK_SET)
-
-    def cursor(self) -> dict[str, object]:
-        return {"dev": self._ident[0], "ino": self._ident[1], "offset": self.offset}
-
-    def _drain(self, out: ReadResult[KernelRecord | SkippedRecords], budget: int) -> bool:
-        """Read up to ``budget`` bytes; True when the end of the file was reached."""
-        assert self._fd is not None
-        while budget > 0:
-            data = os.read(self._fd, min(1 << 20, budget))
-            if not data:
-                return True
-            budget -= len(data)
-            data = self._partial + data
-            cut = data.rfind(b"\n") + 1
-            complete, self._partial = data[:cut], data[cut:]
-            if len(self._partial) > MAX_LINE_BYTES:
-                self.offset += len(self._partial)  # skipped: the next line starts after it
-            self._partial = _cap_partial(self._partial, out)
-            if complete:
-                out.records.extend(self.parser.feed_chunk(complete, self._lineno + 1, self.scanner))
-                self._lineno += complete.count(b"\n")
-                self.offset += len(complete)
-        return False
-
-    def _reopen(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = None
-        self.offset = 0
-        self._partial = b""
-        self._lineno = 0
-        self.open(None)
-
-    def read_available(self) -> ReadResult[KernelRecord | SkippedRecords]:
-        out: ReadResult[KernelRecord | SkippedRecords] = ReadResult()
-        unparsed_before = self.parser.lines_unparsed
-        assert self._fd is not None
-        if os.fstat(self._fd).st_size < self.offset:  # truncated in place (copytruncate)
-            out.warnings.append(f"{self.path} was truncated; reading it again from the start")
-            os.lseek(self._fd, 0, os.SEEK_SET)
-            self.offset, self._partial, self._lineno = 0, b"", 0
-        # A backlog larger than one collect's budget: the rest next time, and only then look for rotation.
-        at_end = self._drain(out, MAX_BYTES_PER_COLLECT)
-        try:
-            st = os.stat(self.path) if at_end else None
-        except FileNotFoundError:
-            st = None  # rotated away and not recreated yet: keep the old file open
-        if st is not None and (st.st_dev, st.st_ino) != self._ident:
-            out.records.extend(self.parser.flush())
-            self._reopen()
-            self._drain(out, MAX_BYTES_PER_COLLECT)
-        out.records.extend(self.parser.flush())
-        out.lines_unparsed += self.parser.lines_unparsed - unparsed_before
-        out.warnings.extend(self.parser.warnings)
-        del self.parser.warnings[:]
-        return out
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 def gpu_ports(sysfs: Path, gpus: Sequence[str]) -> dict[str, str]:
@@ -434,6 +222,7 @@ class KernelLogSource:
         self._warnings: list[str] = []
         self._dirty = False
         self._persist_every = persist_every_seconds
+        self._backlog_bytes = 0  # read since the reader last found nothing new
         self._persisted_at: float | None = None  # time.monotonic() of the last cursor write
         self._watch: FileWatch | None = None
 
@@ -515,6 +304,8 @@ class KernelLogSource:
         with contextlib.suppress(OSError):  # an unusable state dir shows when the cursor is written
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self._load_cursor()
+        for temp in remove_stale_temps(self.cursor_path):
+            log.info("stale_temp_file_removed", path=str(temp))
         self._boot_id = self._read_boot_id()
         # Records the ring buffer dropped before the first one read count as lost only after a reboot the
         # exporter was installed for (an early-boot flood hid GPU errors); on a first start, or with the cursor
@@ -585,6 +376,12 @@ class KernelLogSource:
         except OSError as exc:
             self.close()
             raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
+        self._backlog_bytes += result.bytes_read
+        if self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more:
+            trim_heap()  # a backlog was worked off: its records are garbage now
+            self._backlog_bytes = 0
+        elif not result.bytes_read:
+            self._backlog_bytes = 0
         if result.overruns:
             self._warn(f"{self.path}: reader fell behind the kernel ring buffer ({result.overruns} overruns)")
         for warning in result.warnings:
@@ -647,6 +444,8 @@ class KernelLogSource:
         """Block until the log may have something new, ``timeout_seconds`` pass, deferred work is due (a cursor
         write, a lookahead to decide) or ``interrupt`` is set."""
         timeout = timeout_seconds
+        if self._reader is not None and self._reader.more:  # a backlog cut off by the read budget: go on at once
+            timeout = 0.0
         if self._dirty:
             timeout = min(timeout, max(0.0, self._persist_due()))
         if self.classifier.pending():
