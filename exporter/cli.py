@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", default=False, help="list every consequence under its cause, not a count"
     )
     parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
-    parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log"))
+    parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log", "gpu-metrics"))
     parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin")
     parse.add_argument("--kernel-log.rules", dest="kernel-log.rules", default=None, help=_HELP["kernel-log.rules"])
     baseline = sub.add_parser("baseline", help="show the stored baseline, or accept the current state")
@@ -343,6 +343,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_parse(args: argparse.Namespace) -> int:
     from exporter.model import ParseError
 
+    if args.kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
+        from exporter.parsers.gpu_metrics import parse_gpu_metrics
+
+        try:
+            data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        except OSError as exc:
+            print(f"rocm-watchdog parse: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
+        try:
+            metrics = parse_gpu_metrics(data).to_json()
+        except ParseError as exc:
+            print(f"rocm-watchdog parse gpu-metrics: {exc}", file=sys.stderr)
+            return 1
+        json.dump(metrics, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
     except OSError as exc:
