@@ -209,6 +209,13 @@ def _journal_json_record(obj: dict[str, object], lineno: int) -> KernelRecord | 
 
 # What _DMESG reads from a line that opens with "[ mono]" (the usual dmesg line), without trying its other forms.
 _DMESG_MONO = re.compile(r"\[\s*(\d+\.\d+)\](?: ?\[\s*[TC]\d+\])? ?(.*)")
+# The same, for every such line of a decoded chunk in one pass (whitespace that is not a newline for \s, a line
+# end for the end of the text).
+_DMESG_LINES = re.compile(r"^\[[^\S\n]*(\d+\.\d+)\](?: ?\[[^\S\n]*[TC]\d+\])? ?([^\n]*)\n", re.M)
+# A chunk in which at least one line in DENSE_FRACTION holds a literal is read in one pass (_dense_dmesg) rather
+# than literal by literal with the runs between them skipped.
+DENSE_FRACTION = 4
+DENSE_SAMPLE_BYTES = 16 << 10  # the start of a chunk that decides
 
 
 def _try_format(fmt: str, line: str, lineno: int) -> KernelRecord | None:
@@ -366,6 +373,12 @@ class KernelLogLineParser:
         simple, not_simple = fast
         dmesg = self.format == "dmesg"
         view = memoryview(data)[pos:]
+        if dmesg:  # how dense the literals are, from a sample: a dense chunk is not scanned at all
+            sample_end = data.find(b"\n", pos + DENSE_SAMPLE_BYTES) + 1 or size
+            sample = scanner.find(view[: sample_end - pos])
+            if len(sample) * DENSE_FRACTION >= data.count(b"\n", pos, sample_end):
+                self._dense_dmesg(data, pos, line, out)
+                return out
         starts = [pos + offset for offset in scanner.find(view)]
         # Terminal colour codes are removed before matching, which can join a literal: such lines are candidates.
         esc = data.find(b"\x1b", pos)
@@ -381,22 +394,72 @@ class KernelLogLineParser:
             end = data.index(b"\n", hit)
             if begin > pos:
                 line = self._plain_records(data, pos, begin, line, simple, not_simple, out)
-            text = data[begin:end].decode("utf-8", "replace").rstrip()
-            record = None
-            if "\x1b" not in text:  # what feed() gives a line its detected format reads, without the detours
-                m = _DMESG_MONO.match(text) if dmesg and text[:1] == "[" else None
-                if m is not None:  # the usual dmesg line, read as _try_format reads it
-                    record = KernelRecord(line=line, text=m[2], monotonic_seconds=float(m[1]))
-                else:
-                    record = _try_format(self.format, text, line)
-            if record is not None:
-                out.append(record)
-                self._last = record
-            else:
-                out.extend(self.feed(text, line))
+            self._candidate(data[begin:end].decode("utf-8", "replace").rstrip(), line, dmesg, out)
             pos, line = end + 1, line + 1
         self._plain_records(data, pos, size, line, simple, not_simple, out)
         return out
+
+    def _candidate(self, text: str, line: int, dmesg: bool, out: list[KernelRecord | SkippedRecords]) -> None:
+        """One line that may hold a literal (``text`` decoded and stripped on the right): what ``feed`` gives a
+        line of the detected format, without its detours."""
+        record = None
+        if "\x1b" not in text:
+            m = _DMESG_MONO.match(text) if dmesg and text[:1] == "[" else None
+            if m is not None:  # the usual dmesg line, read as _try_format reads it
+                record = KernelRecord(line=line, text=m[2], monotonic_seconds=float(m[1]))
+            else:
+                record = _try_format(self.format or "", text, line)
+        if record is not None:
+            out.append(record)
+            self._last = record
+        else:
+            out.extend(self.feed(text, line))
+
+    def _dense_dmesg(self, data: bytes, pos: int, line: int, out: list[KernelRecord | SkippedRecords]) -> None:
+        """Complete dmesg lines ``data[pos:]`` of which many hold a literal (an amdgpu-heavy log): decoded at once
+        and read by one pattern in one pass; a line it does not read takes ``_candidate``. Every line becomes a
+        record (a line without a literal too: the classifier does with it what it does with a skipped one)."""
+        text = data[pos:].decode("utf-8", "replace")
+        if "\x1b" not in text:
+            found = _DMESG_LINES.findall(text)
+            if len(found) == text.count("\n"):  # every line is the usual dmesg line: no gaps to look after
+                new, record = tuple.__new__, KernelRecord  # every field in order, as below
+                out.extend(
+                    [
+                        new(record, (n, body.rstrip(), None, None, None, float(mono), None, None, (), None, None))
+                        for n, (mono, body) in enumerate(found, line)
+                    ]
+                )
+                if found:
+                    self._last = out[-1]  # type: ignore[assignment]  # a KernelRecord: appended just above
+                return
+        at, last = 0, self._last
+        for m in _DMESG_LINES.finditer(text):
+            start = m.start()
+            if start != at:  # lines the pattern does not read (continuations, other forms): one by one
+                self._last = last
+                for other in text[at : start - 1].split("\n"):
+                    self._candidate(other.rstrip(), line, True, out)
+                    line += 1
+                last = self._last
+            body = m[2]
+            if "\x1b" in body:  # colour codes are stripped by feed(), which can join a literal
+                self._last = last
+                self._candidate(m[0].rstrip(), line, True, out)
+                last = self._last
+            else:
+                # tuple.__new__, every field in order: the NamedTuple's constructor is one Python call more per line
+                last = tuple.__new__(
+                    KernelRecord, (line, body.rstrip(), None, None, None, float(m[1]), None, None, (), None, None)
+                )
+                out.append(last)
+            line += 1
+            at = m.end()
+        self._last = last
+        if at < len(text):
+            for other in text[at:-1].split("\n"):
+                self._candidate(other.rstrip(), line, True, out)
+                line += 1
 
     def _plain_records(
         self,

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from exporter.config import Config
 from exporter.logging import get_logger
-from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
+from exporter.model.kernel import KERNEL_FACILITY, KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import SkippedRecords
 from exporter.sources import SourceError
@@ -333,10 +333,13 @@ class KernelLogSource:
         return now
 
     def _count(self, events: Sequence[KernelEvent], now: float) -> None:
+        counts, last = self._cursor.counts, self._cursor.last
+        kmsg = self._kind == "kmsg"
         for event in events:
             key = (event.pci_bus, event.event_class)
-            self._cursor.counts[key] = self._cursor.counts.get(key, 0) + event.count
-            self._cursor.last[key] = self._event_time(event, now)
+            counts[key] = counts.get(key, 0) + event.count
+            wall = event.wall_time
+            last[key] = wall if wall is not None else (self._event_time(event, now) if kmsg else now)
             if event.event_class == "pcie_aer":
                 aer = (event.pci_bus, aer_severity(event.message))
                 self._cursor.aer[aer] = self._cursor.aer.get(aer, 0) + event.count
@@ -387,23 +390,10 @@ class KernelLogSource:
         for warning in result.warnings:
             self._warn(warning)
         self._lines_unparsed += result.lines_unparsed
-        overrun_at = set(result.overrun_at)
-        for index, record in enumerate(result.records):
-            if isinstance(record, SkippedRecords):  # kernel records without any rule literal: counted only
-                self._records_read += record.count
-                self._count(self.classifier.skip(record), now)
-                continue
-            if index in overrun_at:
-                self._overrun_pending = True
-            if not self._take(record):
-                continue
-            self._records_read += 1
-            if not record.is_kernel:
-                self._records_ignored += 1
-                continue
-            self._count(self.classifier.feed(record), now)
-        if len(result.records) in overrun_at:
-            self._overrun_pending = True  # the loss shows in the next record's sequence number
+        if isinstance(self._reader, FileFollower):
+            self._take_file_records(result.records, now)
+        else:
+            self._take_stream_records(result.records, set(result.overrun_at), now)  # type: ignore[arg-type]
         self._count(self.classifier.expire(self._mono() if self._kind == "kmsg" else None), now)
         if isinstance(self._reader, FileFollower) and self._reader.cursor() != self._cursor.file:
             self._cursor.file = self._reader.cursor()
@@ -416,6 +406,45 @@ class KernelLogSource:
             self._persist()
         self._check_fifo_writer(result)
         return self.state()
+
+    def _take_file_records(self, records: Sequence[KernelRecord | SkippedRecords], now: float) -> None:
+        """A followed file: no sequence numbers, no overruns; the hot loop of a busy log, kept lean."""
+        feed_into, skip = self.classifier.feed_into, self.classifier.skip
+        events: list[KernelEvent] = []
+        read = ignored = 0
+        for record in records:
+            if isinstance(record, KernelRecord):
+                read += 1
+                # KernelRecord.is_kernel, inlined (a property call per line otherwise)
+                facility = record.facility
+                if facility is not None and facility != KERNEL_FACILITY:
+                    ignored += 1
+                    continue
+                if facility is None and record.identifier is not None and record.identifier != "kernel":
+                    ignored += 1
+                    continue
+                feed_into(record, events)
+            else:  # kernel records without any rule literal: counted only
+                read += record.count
+                events.extend(skip(record))
+        self._count(events, now)
+        self._records_read += read
+        self._records_ignored += ignored
+
+    def _take_stream_records(self, records: Sequence[KernelRecord], overrun_at: set[int], now: float) -> None:
+        """kmsg records: each sequence number taken once (restarts, replays) and its gaps counted as lost."""
+        for index, record in enumerate(records):
+            if index in overrun_at:
+                self._overrun_pending = True
+            if not self._take(record):
+                continue
+            self._records_read += 1
+            if not record.is_kernel:
+                self._records_ignored += 1
+                continue
+            self._count(self.classifier.feed(record), now)
+        if len(records) in overrun_at:
+            self._overrun_pending = True  # the loss shows in the next record's sequence number
 
     def _check_fifo_writer(self, result: ReadResult[KernelRecord] | ReadResult[KernelRecord | SkippedRecords]) -> None:
         """SourceError when the FIFO has had no writer (the kmsg-relay) for FIFO_WRITER_GRACE_SECONDS."""

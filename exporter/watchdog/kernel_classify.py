@@ -130,11 +130,10 @@ class _Pending:
     ticks: int = 0
 
 
-@dataclass(slots=True)
-class _Anchor:
+class _Anchor(NamedTuple):  # one per event: a tuple is the cheapest record to make
     event_class: str
     monotonic: float | None
-    index: int
+    record_index: int
 
 
 class KernelClassifier:
@@ -188,27 +187,32 @@ class KernelClassifier:
     def _within(self, then: _Anchor, record: KernelRecord, seconds: float) -> bool:
         if then.monotonic is not None and record.monotonic_seconds is not None:
             return 0 <= record.monotonic_seconds - then.monotonic <= seconds
-        return self._index - then.index <= RECORD_WINDOW
+        return self._index - then.record_index <= RECORD_WINDOW
 
     def _event(self, record: KernelRecord, match: LineMatch, rule: KernelRule, device: str) -> KernelEvent:
-        return KernelEvent(
-            line=record.line,
-            event_class=rule.event_class,
-            pci_bus=device,
-            severity=rule.severity,
-            message=match.parts.body.strip(),
-            monotonic_seconds=record.monotonic_seconds,
-            count=match.event_count,
-            seq=record.seq,
-            wall_time=record.wall_time,
+        # tuple.__new__ with every field in KernelEvent's order (line, class, pci_bus, severity, message,
+        # monotonic, count, seq, wall_time): a NamedTuple's own constructor is a Python function, one call more per
+        # event of a fault storm
+        return tuple.__new__(
+            KernelEvent,
+            (
+                record.line,
+                rule.event_class,
+                device,
+                rule.severity,
+                match.parts.body.strip(),
+                record.monotonic_seconds,
+                match.event_count,
+                record.seq,
+                record.wall_time,
+            ),
         )
 
     def _remember(self, key: str, event_class: str, record: KernelRecord) -> None:
         anchor = _Anchor(event_class, record.monotonic_seconds, self._index)
-        self._last_anchor[key] = anchor
-        self._last_anchor[""] = anchor
-        self._last_of_class[(event_class, key)] = anchor
-        self._last_of_class[(event_class, "")] = anchor
+        last_anchor, last_of_class = self._last_anchor, self._last_of_class
+        last_anchor[key] = last_anchor[""] = anchor
+        last_of_class[(event_class, key)] = last_of_class[(event_class, "")] = anchor
 
     def _expire_by_record(self, record: KernelRecord) -> list[KernelEvent]:
         expired: list[KernelEvent] = []
@@ -228,8 +232,15 @@ class KernelClassifier:
 
     def feed(self, record: KernelRecord) -> list[KernelEvent]:
         """Classify one kernel record (the caller drops records that are not from the kernel)."""
+        out: list[KernelEvent] = []
+        self.feed_into(record, out)
+        return out
+
+    def feed_into(self, record: KernelRecord, out: list[KernelEvent]) -> None:
+        """``feed``, appending the events to ``out``: a busy log's records go through here in one loop."""
         self._index += 1
-        out = self._expire_by_record(record) if self._pending else []
+        if self._pending:
+            out.extend(self._expire_by_record(record))
         text = record.text
         match = self._matches.get(text)
         if match is None:
@@ -240,7 +251,7 @@ class KernelClassifier:
                 gpu = amdgpu_device(text)
                 if gpu is not None:
                     self._seen_gpus.add(gpu)
-                return out
+                return
             match = _match(self.rules, split_message(text), hits)
             if len(self._matches) >= MATCH_CACHE_SIZE:
                 self._matches.clear()
@@ -248,17 +259,18 @@ class KernelClassifier:
         parts = match.parts
         if parts.bdf is not None and parts.driver == "amdgpu":
             self._seen_gpus.add(parts.bdf)
-        if match.kind == "trap":
+        kind = match.kind
+        if kind == "none":
+            return
+        if kind == "trap":
             self.traps += 1
-            return out
-        if match.kind == "none":
-            return out
-        if match.kind == "detail":
+            return
+        if kind == "detail":
             key = self._device(record, parts) or ""
             anchor = self._last_anchor.get(key) or (self._last_anchor.get("") if key == "" else None)
             if anchor is None or anchor.event_class not in match.detail_classes:
                 self.orphan_details += 1
-            return out
+            return
         rule = match.rule
         assert rule is not None
         if rule.attribution == "aer_source":
@@ -266,25 +278,32 @@ class KernelClassifier:
             gpu = src if src in self._gpus() else self._aer_ports.get(src or "")
             if gpu is None:
                 self.aer_not_gpu += 1
-                return out
+                return
             device: str | None = gpu
-        else:
-            device = self._device(record, parts, match.device_bdf)
-        if match.kind == "followup":
+        else:  # _device(), inlined: this is the path of every event of a fault storm
+            device = record.device or parts.bdf or match.device_bdf
+            if device is None:
+                gpus = self._known or self._seen_gpus
+                device = next(iter(gpus)) if len(gpus) == 1 else None
+        if kind == "followup":
             key = device or ""
             prior = self._last_of_class.get((rule.event_class, key))
             if prior is not None and self._within(prior, record, rule.followup_seconds):
-                return out  # restates the event just counted
+                return  # restates the event just counted
         if device is None and rule.lookahead_class is not None:
             self._pending.append(_Pending(self._event(record, match, rule, UNKNOWN_DEVICE), rule, self._index))
             self._remember("", rule.event_class, record)
-            return out
+            return
         if device is not None and self._pending:
             out.extend(self._resolve(rule.event_class, device))
+        # _remember(), inlined: once per event
+        anchor = _Anchor(rule.event_class, record.monotonic_seconds, self._index)
         key = device or ""
-        self._remember(key, rule.event_class, record)
+        last_anchor, last_of_class = self._last_anchor, self._last_of_class
+        last_anchor[key] = last_anchor[""] = anchor
+        last_of_class[(rule.event_class, key)] = last_of_class[(rule.event_class, "")] = anchor
         out.append(self._event(record, match, rule, device or UNKNOWN_DEVICE))
-        return out
+        return
 
     def skip(self, records: SkippedRecords) -> list[KernelEvent]:
         """Records in which no rule literal occurs: what ``feed`` would do with each, without classifying them.
