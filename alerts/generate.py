@@ -457,8 +457,8 @@ def self_alerts(r: Rules) -> list[Alert]:
             ),
             "warning",
             "rocm-watchdog has no baseline on {{ $labels.nodename }}: drift is not checked",
-            "No usable baseline (none written yet because no GPU was seen, or a corrupt one kept aside): GPU and "
-            "device-node drift are not evaluated until `rocm-watchdog baseline accept`.",
+            "No usable baseline (none written yet because no GPU was seen, baseline.json unreadable, or a corrupt "
+            "one kept aside; rocm_watchdog_drift_evaluated is 0): GPU and device-node drift are not evaluated.",
             "self",
             "watchdog",
             for_="15m",
@@ -475,11 +475,24 @@ def self_alerts(r: Rules) -> list[Alert]:
             for_="10m",
         ),
         Alert(
+            "RocmWatchdogStateFileUnreadable",
+            r.named(f"{r.s('rocm_watchdog_state_file_unreadable')} == 1"),
+            "warning",
+            "rocm-watchdog cannot read its state file {{ $labels.file }} on {{ $labels.nodename }}",
+            "The file exists but reading it fails (permission denied, an I/O error, a directory in its place); it "
+            "was not moved or replaced. For baseline.json drift is not evaluated until it can be read; the log "
+            "(event state_file_unreadable) says why and what to do.",
+            "self",
+            "watchdog",
+            for_="5m",
+        ),
+        Alert(
             "RocmWatchdogStateFileCorrupt",
             r.named(f"{r.s('rocm_watchdog_state_file_corrupt')} == 1"),
             "warning",
-            "rocm-watchdog state file {{ $labels.file }} was unreadable on {{ $labels.nodename }}",
-            "It was kept aside; until `rocm-watchdog baseline accept` (for baseline.json) drift is not evaluated.",
+            "rocm-watchdog state file {{ $labels.file }} was corrupt on {{ $labels.nodename }}",
+            "It was not valid and was kept aside; until `rocm-watchdog baseline accept` (for baseline.json) drift "
+            "is not evaluated.",
             "self",
             "watchdog",
         ),
@@ -488,8 +501,8 @@ def self_alerts(r: Rules) -> list[Alert]:
             r.named(f"{r.s('rocm_watchdog_state_file_unsaved')} == 1"),
             "warning",
             "rocm-watchdog cannot write {{ $labels.file }} on {{ $labels.nodename }}",
-            "Writes to the state directory fail (permissions, a read-only or full disk): the baseline or the "
-            "kernel-log cursor lives in memory only, and a restart loses it.",
+            "Writes to the state directory fail (permissions, a read-only or full disk): the baseline, the "
+            "condition start times or the kernel-log cursor live in memory only, and a restart loses them.",
             "self",
             "watchdog",
             for_="15m",

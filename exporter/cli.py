@@ -1,12 +1,18 @@
 """Command line: Prometheus-style dotted flags, an optional YAML file (flags win), five commands, and two small
 ones for a non-root Kubernetes pod (``kmsg-relay``, ``prepare-state``) that take only their own flags.
 
-Bad flags or config give one message listing every problem and exit code 2.
+As strict as node_exporter's kingpin: no abbreviated flags; a flag only on the commands it applies to (a shared
+config file's settings for other commands are ignored, with a debug line); unknown flags and settings answered
+with a "did you mean"; every problem of the command line, the config file and the web config in one message,
+exit code 2. The exit codes are ``exporter.exitcodes.ExitCode`` (docs/exit-codes.md): a reader that goes away
+(``| head -1``) ends the output quietly and the command exits with the code it would have had; a bug exits 70
+with one line on stderr and the traceback in the log.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -16,11 +22,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from exporter import __version__
 from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
+from exporter.exitcodes import ExitCode
 from exporter.logging import configure, default_format, get_logger
 from exporter.yamlfile import safe_load
 
@@ -30,7 +36,7 @@ if TYPE_CHECKING:
     from exporter.scheduler import Scheduler
     from exporter.sinks.status import PushStatus
 
-EXIT_BAD_CONFIG = 2
+EXIT_BAD_CONFIG = ExitCode.USAGE
 
 log = get_logger("cli")
 
@@ -92,13 +98,23 @@ def _labels(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _telemetry_path(value: Any) -> str:
+    path = str(value)
+    if not path.startswith("/") or any(c in path for c in "?# \t\r\n") or path == "/healthz":
+        raise ValueError(f"expected a path starting with / (not /healthz, no query or blanks), got {path!r}")
+    return path
+
+
 _REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label"})
-_SWITCHES = frozenset({"web.systemd-socket"})  # flags without a value, as in node_exporter
+# flags without a value, as in node_exporter
+_SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics"})
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
     "web.max-requests": ("web_max_requests", _count),
     "web.systemd-socket": ("web_systemd_socket", _flag),
+    "web.telemetry-path": ("web_telemetry_path", _telemetry_path),
+    "web.disable-exporter-metrics": ("web_disable_exporter_metrics", _flag),
     "path.rootfs": ("rootfs", _path),
     "path.sysfs": ("sysfs", _path),
     "path.devfs": ("devfs", _path),
@@ -130,11 +146,14 @@ _HELP = {
     "web.config.file": "TLS / basic-auth settings, exporter-toolkit web-config YAML",
     "web.max-requests": "scrapes served at once; 503 beyond, 0 = no limit [40]",
     "web.systemd-socket": "use the sockets systemd passed (socket activation) instead of --web.listen-address",
-    "path.rootfs": "prefix for sysfs, devfs and procfs left at their defaults, and for etc/group [/]",
+    "web.telemetry-path": "path under which to expose metrics [/metrics]",
+    "web.disable-exporter-metrics": "exclude the exporter's own process_*, python_* and scrape-duration metrics",
+    "path.rootfs": "prefix for sysfs, devfs, procfs and the kernel log left at their defaults, and for etc/group; "
+    "must be a directory [/]",
     "path.sysfs": "the host's sysfs [/sys]",
     "path.devfs": "the host's device nodes [/dev]",
     "path.procfs": "the host's procfs [/proc]",
-    "kernel-log.path": "a kmsg device, or a dmesg/journal text file to follow [/dev/kmsg]",
+    "kernel-log.path": "a kmsg device, or a dmesg/journal text file to follow [<path.rootfs>/dev/kmsg]",
     "kernel-log.rules": "YAML classification rules replacing the shipped ones",
     "rocm-smi.path": "rocm-smi to run [rocm-smi]",
     "amd-smi.path": "amd-smi to run [amd-smi]",
@@ -156,53 +175,155 @@ _HELP = {
 }
 BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
 
+# The commands each flag (and each setting of a config file) applies to. "baseline show" and "baseline accept"
+# share a parser; show reads only the state dir. A flag on the command line of another command is an error; a
+# setting in the config file for another command is ignored (a file may be shared by serve, once and check).
+_SERVE = frozenset({"serve"})
+_COLLECT = frozenset({"serve", "once"})
+_READ_HOST = frozenset({"serve", "once", "check", "baseline accept"})
+_STATE = _READ_HOST | {"baseline show"}
+CONFIG_COMMANDS = _STATE  # the commands that take --config.file and --log.*
+_APPLIES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(
+        ("web.listen-address", "web.config.file", "web.max-requests", "web.systemd-socket", "web.telemetry-path"),
+        _SERVE,
+    ),
+    "web.disable-exporter-metrics": _SERVE,
+    **dict.fromkeys(("path.rootfs", "path.sysfs", "path.devfs", "path.procfs"), _READ_HOST),
+    **dict.fromkeys(
+        (
+            "kernel-log.path",
+            "kernel-log.rules",
+            "rocm-smi.path",
+            "amd-smi.path",
+            "smi.backend",
+            "smi.timeout",
+            "processes.top-n",
+            "kubernetes.pod-resources-socket",
+            "kubernetes.timeout",
+            "baseline.auto-accept-boots",
+            "host.name",
+        ),
+        _COLLECT,
+    ),
+    "state.dir": _STATE,
+    **dict.fromkeys(
+        ("alertmanager.url", "alertmanager.label", "alertmanager.resend-interval", "alertmanager.timeout"), _SERVE
+    ),
+    "output": frozenset({"once"}),
+    "json": frozenset({"check"}),
+    "log.level": _STATE,
+    "log.format": _STATE,
+    **{f"collector.{s}": _COLLECT for s in SOURCE_NAMES},
+    **{f"collector.{s}.interval": _SERVE for s in SOURCE_NAMES},  # once runs each source once
+}
+SETTINGS = tuple(_APPLIES)  # every flag name a config file may hold
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
+
+def _commands(applies: frozenset[str]) -> str:
+    """The commands of ``applies`` for a message (``serve and once``); baseline show and accept as ``baseline``."""
+    names = set(applies)
+    if {"baseline show", "baseline accept"} <= names:
+        names -= {"baseline show", "baseline accept"}
+        names.add("baseline")
+    ordered = sorted(names)
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " and " + ordered[-1]
+
+
+def suggest(name: str, candidates: Sequence[str]) -> str | None:
+    """The candidate ``name`` most likely meant: the same words with other separators (``web-listen-address``
+    for ``web.listen-address``), else the closest spelling (difflib)."""
+
+    def words(text: str) -> str:
+        return re.sub(r"[-_.]+", ".", text.lower())
+
+    for candidate in candidates:
+        if words(candidate) == words(name):
+            return candidate
+    import difflib  # only when something is wrong: 5 ms of imports
+
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+class UsageError(Exception):
+    """What argparse would have printed before exiting 2; collected with every other problem instead."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviations, whose errors are collected (``main``) instead of ending the process."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+class _Version(argparse.Action):
+    """``--version``: node_exporter's lines (version, revision, branch, build date, runtime, platform)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        from exporter.build import build_info
+
+        sys.stdout.write(build_info().version_text(parser.prog))
+        parser.exit()
+
+
+def _add_config_flags(p: argparse.ArgumentParser, commands: frozenset[str]) -> None:
+    """The flags of ``commands`` (one command, or baseline's show and accept) and --config.file."""
     p.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file with any of these flags")
     for flag, help_text in _HELP.items():
+        if not _APPLIES[flag] & commands:
+            continue
         action = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
         p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text)
     for source in SOURCE_NAMES:
-        p.add_argument(
-            f"--collector.{source}",
-            dest=f"collector.{source}",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help=f"enable the {source} source [{'enabled' if Config().enabled(source) else 'disabled'}]",
-        )
-        p.add_argument(
-            f"--collector.{source}.interval",
-            dest=f"collector.{source}.interval",
-            default=None,
-            metavar="DURATION",
-            help=f"how often {source} runs [{DEFAULT_INTERVALS_SECONDS[source]:g}s]",
-        )
+        if _APPLIES[f"collector.{source}"] & commands:
+            p.add_argument(
+                f"--collector.{source}",
+                dest=f"collector.{source}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"enable the {source} source [{'enabled' if Config().enabled(source) else 'disabled'}]",
+            )
+        if _APPLIES[f"collector.{source}.interval"] & commands:
+            p.add_argument(
+                f"--collector.{source}.interval",
+                dest=f"collector.{source}.interval",
+                default=None,
+                metavar="DURATION",
+                help=f"how often {source} runs [{DEFAULT_INTERVALS_SECONDS[source]:g}s]",
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rocm-watchdog", description="Prometheus exporter and stability watchdog for AMD ROCm GPU nodes."
     )
-    parser.add_argument("--version", action="version", version=f"rocm-watchdog {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version, revision, branch, build date and runtime"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     serve = sub.add_parser("serve", help="scheduled collection and HTTP /metrics")
-    _add_config_flags(serve)
+    _add_config_flags(serve, frozenset({"serve"}))
     once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
-    _add_config_flags(once)
+    _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
     check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
-    _add_config_flags(check)
+    _add_config_flags(check, frozenset({"check"}))
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
     check.add_argument(
         "--verbose", action="store_true", default=False, help="list every consequence under its cause, not a count"
     )
     parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
-    parse.add_argument("kind", choices=("rocm-smi", "amd-smi", "kernel-log", "gpu-metrics"))
-    parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin")
+    parse.add_argument("kind", choices=PARSE_KINDS)
+    parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin (the default)")
     parse.add_argument("--kernel-log.rules", dest="kernel-log.rules", default=None, help=_HELP["kernel-log.rules"])
     baseline = sub.add_parser("baseline", help="show the stored baseline, or accept the current state")
     baseline.add_argument("action", choices=("show", "accept"))
-    _add_config_flags(baseline)
+    _add_config_flags(baseline, frozenset({"baseline show", "baseline accept"}))
     relay = sub.add_parser(
         "kmsg-relay", help="copy kernel-log records into a FIFO a non-root exporter reads (root, CAP_SYSLOG only)"
     )
@@ -220,6 +341,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PARSE_KINDS = ("rocm-smi", "amd-smi", "kernel-log", "gpu-metrics")
+_CAPTURE_OF = {
+    "rocm-smi": "rocm-smi output",
+    "amd-smi": "amd-smi output",
+    "kernel-log": "a kernel log",
+    "gpu-metrics": "a gpu_metrics table",
+}
+
+
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
     for flag in ("log.level", "log.format"):
         p.add_argument(f"--{flag}", dest=flag, default=None, help=_HELP[flag])
@@ -234,33 +364,57 @@ def _log_problems(level: str, fmt: str) -> list[str]:
     return problems
 
 
+def command_key(args: argparse.Namespace) -> str:
+    """The command as the flag table names it: ``baseline show`` and ``baseline accept`` apart."""
+    command = str(args.command)
+    return f"{command} {args.action}" if command == "baseline" else command
+
+
 def build_config(args: argparse.Namespace) -> Config:
-    """Flags over the YAML file over defaults; every problem is collected into one ConfigError."""
+    """Flags over the YAML file over defaults; every problem is collected into one ConfigError. Reads nothing but
+    the config file, so a manifest's flags can be checked on any machine (``file_problems`` checks the rest)."""
+    return load_config(args, check_files=False)[0]
+
+
+def load_config(args: argparse.Namespace, check_files: bool = True) -> tuple[Config, list[str]]:
+    """``build_config`` and, with ``check_files``, ``file_problems`` too (every problem in one ConfigError); and
+    the settings of the config file that belong to other commands (ignored: logged at debug by the caller, once
+    logging is set up)."""
+    command = command_key(args)
     problems: list[str] = []
     values: dict[str, Any] = {}
-    from_file: set[str] = set()
+    from_file: dict[str, str] = {}  # setting -> the file it came from, while no flag overrides it
+    ignored: list[str] = []
     file_name = getattr(args, "config.file", None)
     if file_name:
         try:
-            loaded = safe_load(Path(file_name).read_text(), file_name) or {}
+            loaded = safe_load(Path(file_name).read_text(), file_name, unique_keys=True)
+            if loaded is None:
+                loaded = {}
             if not isinstance(loaded, dict):
                 raise ValueError("expected a mapping of flag names to values")
-            values.update({str(k).removeprefix("--"): v for k, v in loaded.items()})
-            from_file = set(values)
-        except (OSError, ValueError) as exc:
+            for raw_key, value in loaded.items():
+                key = str(raw_key).removeprefix("--")
+                applies = _APPLIES.get(key)
+                if applies is None:
+                    problems.append(f"--config.file {file_name}: {_unknown_setting(key)}")
+                elif command not in applies:
+                    ignored.append(key)
+                else:
+                    values[key], from_file[key] = value, file_name
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             problems.append(f"--config.file {file_name}: {exc}")
     for key, value in vars(args).items():
-        if value is not None and key not in ("command", "config.file"):
-            values[key] = value
+        if value is None or key not in _APPLIES:
+            continue  # the command, its positionals, --config.file, check --verbose
+        if command not in _APPLIES[key]:  # baseline show: only what baseline accept reads
+            problems.append(f"--{key}: applies to {_commands(_APPLIES[key])}, not {command}")
+            continue
+        values[key] = value
+        from_file.pop(key, None)
 
-    # The command line only carries what its parser knows; the file may say anything.
-    known = (
-        set(_SCALAR_FLAGS)
-        | {f"collector.{s}" for s in SOURCE_NAMES}
-        | {f"collector.{s}.interval" for s in SOURCE_NAMES}
-    )
-    for key in sorted(from_file - known):
-        problems.append(f"--config.file {file_name}: unknown setting {key!r}")
+    def where(flag: str) -> str:
+        return f"--{flag} (in {from_file[flag]})" if flag in from_file else f"--{flag}"
 
     fields: dict[str, Any] = {}
     for flag, (field_name, convert) in _SCALAR_FLAGS.items():
@@ -268,14 +422,14 @@ def build_config(args: argparse.Namespace) -> Config:
             try:
                 fields[field_name] = convert(values[flag])
             except (TypeError, ValueError) as exc:
-                problems.append(f"--{flag}: {exc}")
+                problems.append(f"{where(flag)}: {exc}")
     collectors = dict(Config().collectors)  # the opt-in sources are absent, so off
     intervals = dict(DEFAULT_INTERVALS_SECONDS)
     for source in SOURCE_NAMES:
         enabled = values.get(f"collector.{source}")
         if enabled is not None:
             if not isinstance(enabled, bool):
-                problems.append(f"--collector.{source}: expected true or false, got {enabled!r}")
+                problems.append(f"{where(f'collector.{source}')}: expected true or false, got {enabled!r}")
             else:
                 collectors[source] = enabled
         interval = values.get(f"collector.{source}.interval")
@@ -283,11 +437,11 @@ def build_config(args: argparse.Namespace) -> Config:
             try:
                 intervals[source] = parse_duration(str(interval))
             except ValueError as exc:
-                problems.append(f"--collector.{source}.interval: {exc}")
+                problems.append(f"{where(f'collector.{source}.interval')}: {exc}")
     fields["collectors"] = collectors
     fields["intervals_seconds"] = intervals
     if fields.get("smi_backend", "auto") not in BACKENDS:
-        problems.append(f"--smi.backend: expected one of {', '.join(BACKENDS)}, got {fields['smi_backend']!r}")
+        problems.append(f"{where('smi.backend')}: expected one of {', '.join(BACKENDS)}, got {fields['smi_backend']!r}")
     if fields.get("top_processes", 20) < 0:
         problems.append("--processes.top-n: must be >= 0")
     problems.extend(_log_problems(str(fields.get("log_level", "info")), str(fields.get("log_format", "json"))))
@@ -297,38 +451,176 @@ def build_config(args: argparse.Namespace) -> Config:
         fields["nodename"] = os.environ.get("NODE_NAME") or os.uname().nodename
     if "log_format" not in fields:
         fields["log_format"] = default_format()
-    # --path.rootfs prefixes the three host paths left at their defaults.
+    # --path.rootfs prefixes the host paths left at their defaults: a test root never reads the host's files.
     rootfs = fields.get("rootfs", Path("/"))
-    for field_name, default in (("sysfs", "sys"), ("devfs", "dev"), ("procfs", "proc")):
+    for field_name, default in (
+        ("sysfs", "sys"),
+        ("devfs", "dev"),
+        ("procfs", "proc"),
+        ("kernel_log_path", "dev/kmsg"),
+    ):
         fields.setdefault(field_name, rootfs / default)
+    config = replace(Config(), **fields)  # what was valid, and defaults for the rest
+    if check_files:
+        problems.extend(file_problems(config, command))
     if problems:
         raise ConfigError(problems)
-    return replace(Config(), **fields)
+    return config, ignored
 
 
-def _fail_config(problems: Sequence[str]) -> int:
+def file_problems(config: Config, command: str) -> list[str]:
+    """What is wrong with the files and directories the configuration names, on this machine: --path.rootfs
+    must be a directory, the web config and the kernel-log rules must load. Apart from ``load_config``, which
+    reads only the command line and the config file (so a manifest's flags can be checked anywhere)."""
+    problems: list[str] = []
+    if command in _READ_HOST and not config.rootfs.is_dir():
+        state = "not a directory" if config.rootfs.exists() else "no such directory"
+        problems.append(f"--path.rootfs {config.rootfs}: {state}")
+    if command == "serve" and config.web_config_file is not None:
+        from exporter.webconfig import WebConfigError, load_web_config
+
+        try:
+            load_web_config(config.web_config_file)
+        except WebConfigError as exc:
+            problems.append(f"--web.config.file: {exc}")
+    if command in _COLLECT and config.kernel_log_rules is not None and config.enabled("kernel-log"):
+        from exporter.watchdog.kernel_rules import KernelRulesError, load_rules
+
+        try:
+            load_rules(config.kernel_log_rules)
+        except KernelRulesError as exc:
+            problems.append(f"--kernel-log.rules: {exc}")
+    return problems
+
+
+def _unknown_setting(key: str) -> str:
+    if key.startswith("no-collector."):
+        return f"unknown setting {key!r} (did you mean '{key.removeprefix('no-')}: false'?)"
+    close = suggest(key, SETTINGS)
+    return f"unknown setting {key!r}" + (f" (did you mean {close!r}?)" if close else "")
+
+
+def _fail_config(problems: Sequence[str], command: str | None = None) -> int:
+    """Every problem, one line each, and exit 2 (usage)."""
     print("rocm-watchdog: invalid configuration:", file=sys.stderr)
     for problem in problems:
-        print(f"  - {problem}", file=sys.stderr)
-    return EXIT_BAD_CONFIG
+        print(f"  - {' '.join(str(problem).split())}", file=sys.stderr)  # a YAML error's marks on one line
+    what = f"{command.split()[0]} --help lists its flags" if command else "--help lists the commands"
+    print(f"(rocm-watchdog {what})", file=sys.stderr)
+    return ExitCode.USAGE
+
+
+def _flag_problems(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], set[str]]:
+    """Every flag of ``argv`` its command does not have, each with what was probably meant; and those tokens.
+
+    argparse stops at the first unknown flag; this reads them all, so one run reports every problem."""
+    subparsers = _subparsers(parser)
+    problems: list[str] = []
+    bad: set[str] = set()
+    command = next((a for a in argv if a in subparsers), None)
+    own = subparsers.get(command or "")
+    known = _long_flags(own) if own is not None else set()
+    seen_command = False
+    for token in argv:
+        if token == "--":
+            break
+        if token == command and not seen_command:
+            seen_command = True
+            continue
+        if not token.startswith("--") or own is None:
+            continue
+        name = token.split("=", 1)[0]
+        if not seen_command:
+            if name not in _long_flags(parser):
+                where = f"flags go after it: rocm-watchdog {command} {name}"
+                problems.append(f"{name}: unknown flag before the command ({where})")
+                bad.add(token)
+            continue
+        if name in known:
+            continue
+        bad.add(token)
+        elsewhere = sorted(c for c, p in subparsers.items() if c != command and name in _long_flags(p))
+        if elsewhere:
+            problems.append(f"{name}: not a flag of {command}; it applies to {' and '.join(elsewhere)}")
+            continue
+        close = suggest(name, sorted(known))
+        problems.append(f"{name}: unknown flag" + (f" (did you mean {close}?)" if close else ""))
+    return problems, bad
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for option in parser._option_string_actions if option.startswith("--")}
+
+
+def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """The parsed command line, and every problem with it (all of them, not argparse's first)."""
+    parser = build_parser()
+    problems, bad = _flag_problems(parser, argv)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except UsageError as exc:
+        return None, [*problems, str(exc)]
+    after_bad = False
+    for token in extras:
+        if token in bad:
+            after_bad = "=" not in token
+            continue
+        if after_bad and not token.startswith("-"):  # most likely the value of the unknown flag before it
+            after_bad = False
+            continue
+        after_bad = False
+        if token.startswith("-"):
+            problems.append(f"{token.split('=', 1)[0]}: unknown flag")
+        else:
+            problems.append(f"unexpected argument {token!r}")
+    return args, problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "parse":
-        return cmd_parse(args)
-    if args.command == "kmsg-relay":
-        return cmd_kmsg_relay(args)
-    if args.command == "prepare-state":
+    """Run one command; its exit code (``ExitCode``). Never a traceback on the terminal: a reader that goes away
+    ends the output quietly, Ctrl-C exits 130, a bug exits 70 with one line (the traceback is in the log)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with _Streams():
+        command = None
+        try:
+            configure("info", default_format())  # until the configuration says otherwise (records only)
+            args, problems = parse_command_line(argv)
+            command = command_key(args) if args is not None else None
+            return int(_run(args, problems))
+        except KeyboardInterrupt:
+            return ExitCode.INTERRUPTED
+        except Exception as exc:
+            return _internal_error(exc, command)
+
+
+def _run(args: argparse.Namespace | None, problems: list[str]) -> int:
+    if args is None or args.command not in ("serve", "once", "check", "baseline"):
+        if problems or args is None:
+            return _fail_config(problems, command_key(args) if args is not None else None)
+        if args.command == "parse":
+            return cmd_parse(args)
+        if args.command == "kmsg-relay":
+            return cmd_kmsg_relay(args)
         return cmd_prepare_state(args)
+    command = command_key(args)
     try:
-        config = build_config(args)
+        config, ignored = load_config(args)
     except ConfigError as exc:
-        return _fail_config(exc.problems)
+        problems.extend(exc.problems)
+    if problems:
+        return _fail_config(problems, command)
     configure(config.log_level, config.log_format)
+    for key in ignored:
+        log.debug("config_setting_ignored", setting=key, applies_to=_commands(_APPLIES[key]), command=command)
     if args.command == "serve":
-        return cmd_serve(config)
+        return cmd_serve(config, lambda: load_config(args)[0])
     if args.command == "once":
         return cmd_once(config, config.once_output)
     if args.command == "check":
@@ -340,57 +632,187 @@ def main(argv: Sequence[str] | None = None) -> int:
     return baseline_show(config) if args.action == "show" else baseline_accept(config)
 
 
+def _internal_error(exc: BaseException, command: str | None) -> int:
+    """A bug: the traceback to the log (event ``internal_error``), one line on stderr, exit 70."""
+    where = f"rocm-watchdog {command}" if command else "rocm-watchdog"
+    with contextlib.suppress(Exception):  # the log itself is broken: the traceback has nowhere else to go
+        log.error("internal_error", command=command, error=repr(exc), exc_info=exc)
+    print(
+        f"{where}: internal error ({type(exc).__name__}: {exc}); this is a bug, please report it with the "
+        "internal_error record of the log (stderr) that holds the traceback",
+        file=sys.stderr,
+    )
+    return ExitCode.INTERNAL
+
+
+class _Output:
+    """``sys.stdout`` or ``sys.stderr`` for one command. When its reader goes away (``| head -1``, a closed
+    terminal) or it was closed before the start (``>&-``), what is left to write goes nowhere and the command
+    ends as it would have, with its exit code: no BrokenPipeError traceback, no "Exception ignored" at exit
+    (the file descriptor then points at /dev/null, so the interpreter's last flush succeeds)."""
+
+    def __init__(self, stream: Any, fd: int) -> None:
+        self._stream = stream
+        self._fd = fd
+        self.lost = stream is None
+
+    def _lose(self) -> None:
+        self.lost = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._fd)
+            os.close(devnull)
+        except OSError:
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._lose()
+
+    def isatty(self) -> bool:
+        return not self.lost and bool(self._stream.isatty())
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def buffer(self) -> _OutputBuffer:
+        return _OutputBuffer(self)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, errors, writable...
+        return getattr(self._stream if self._stream is not None else sys.__stdout__, name)
+
+
+class _OutputBuffer:
+    """``sys.stdout.buffer`` of an ``_Output``: bytes written straight, with the same end."""
+
+    def __init__(self, output: _Output) -> None:
+        self._output = output
+
+    def write(self, data: bytes) -> int:
+        out = self._output
+        if not out.lost:
+            try:
+                out._stream.flush()  # text written before goes first
+                return int(out._stream.buffer.write(data))
+            except BrokenPipeError:
+                out._lose()
+        return len(data)
+
+    def flush(self) -> None:
+        self._output.flush()
+
+
+class _Streams:
+    """Installs ``_Output`` for stdout and stderr while a command runs, and flushes them before it returns."""
+
+    def __enter__(self) -> _Streams:
+        # A standard descriptor closed at start (``<&-``, ``>&-``) is held by /dev/null, so that no file or socket
+        # opened later takes its number and gets what was meant for it. sys.stdin stays None: parse says so.
+        for fd in (0, 1, 2):
+            try:
+                os.fstat(fd)
+            except OSError:
+                try:
+                    devnull = os.open(os.devnull, os.O_RDWR)
+                    if devnull != fd:
+                        os.dup2(devnull, fd)
+                        os.close(devnull)
+                except OSError:
+                    pass
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout = _Output(sys.stdout, 1)
+        sys.stderr = _Output(sys.stderr, 2)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = self._saved
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
+    """Exit 0 with the JSON; 1 when the input is not a capture of that kind (an empty input included); 2 when
+    the input or the rules cannot be read."""
     from exporter.model import ParseError
 
-    if args.kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
-        from exporter.parsers.gpu_metrics import parse_gpu_metrics
+    kind = str(args.kind)
+    rules = None
+    if kind == "kernel-log":  # a bad rules file is the command line's fault: said before reading anything
+        from exporter.watchdog.kernel_rules import KernelRulesError, load_rules
 
+        rules_path = getattr(args, "kernel-log.rules")
         try:
-            data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        except OSError as exc:
-            print(f"rocm-watchdog parse: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-            return EXIT_BAD_CONFIG
-        try:
-            metrics = parse_gpu_metrics(data).to_json()
-        except ParseError as exc:
-            print(f"rocm-watchdog parse gpu-metrics: {exc}", file=sys.stderr)
-            return 1
-        json.dump(metrics, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(errors="replace")
-    except OSError as exc:
-        print(f"rocm-watchdog parse: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+            rules = load_rules(Path(rules_path) if rules_path else None)
+        except KernelRulesError as exc:
+            print(f"rocm-watchdog parse: {' '.join(str(exc).split())}", file=sys.stderr)
+            return ExitCode.USAGE
+    data = _read_capture(str(args.file), kind)
+    if isinstance(data, ExitCode):
+        return data
+    name = "standard input" if args.file == "-" else str(args.file)
+    if not (data if kind == "gpu-metrics" else data.strip()):
+        print(f"rocm-watchdog parse {kind}: {name} is empty: not a capture of {_CAPTURE_OF[kind]}", file=sys.stderr)
+        return ExitCode.PROBLEMS
     try:
         result: dict[str, Any]
-        if args.kind == "rocm-smi":
+        if kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
+            from exporter.parsers.gpu_metrics import parse_gpu_metrics
+
+            result = parse_gpu_metrics(data).to_json()
+        elif kind == "rocm-smi":
             from exporter.parsers.rocm_smi import parse_rocm_smi
 
-            result = parse_rocm_smi(text).to_json()
-        elif args.kind == "amd-smi":
+            result = parse_rocm_smi(data.decode(errors="replace")).to_json()
+        elif kind == "amd-smi":
             from exporter.parsers.amd_smi import parse_amd_smi
 
-            result = parse_amd_smi(text).to_json()
+            result = parse_amd_smi(data.decode(errors="replace")).to_json()
         else:
             from exporter.watchdog.kernel_classify import kernel_log_report
-            from exporter.watchdog.kernel_rules import KernelRulesError, load_rules
 
-            rules_path = getattr(args, "kernel-log.rules")
-            try:
-                rules = load_rules(Path(rules_path) if rules_path else None)
-            except KernelRulesError as exc:
-                print(f"rocm-watchdog parse: {exc}", file=sys.stderr)
-                return EXIT_BAD_CONFIG
-            result = kernel_log_report(text, rules)
+            assert rules is not None
+            result = kernel_log_report(data.decode(errors="replace"), rules)
     except ParseError as exc:
-        print(f"rocm-watchdog parse {args.kind}: {exc}", file=sys.stderr)
-        return 1
+        print(f"rocm-watchdog parse {kind}: {exc}", file=sys.stderr)
+        return ExitCode.PROBLEMS
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
-    return 0
+    return ExitCode.OK
+
+
+def _read_capture(file: str, kind: str) -> bytes | ExitCode:
+    """The bytes of FILE or of standard input (``-``); the exit code when they cannot be read (said on stderr)."""
+    if file != "-":
+        try:
+            return Path(file).read_bytes()
+        except OSError as exc:
+            print(f"rocm-watchdog parse: cannot read {file}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.USAGE
+    if sys.stdin is None:
+        print(f"rocm-watchdog parse {kind}: standard input is closed: give the capture as FILE", file=sys.stderr)
+        return ExitCode.USAGE
+    if sys.stdin.isatty():  # a person at a terminal, not a pipe: say what the silence is
+        print(
+            f"rocm-watchdog parse {kind}: reading the capture from standard input (end it with Ctrl-D, or give a FILE)",
+            file=sys.stderr,
+        )
+    try:
+        return sys.stdin.buffer.read()
+    except OSError as exc:
+        print(f"rocm-watchdog parse: cannot read standard input: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
 
 
 def _small_command_logging(args: argparse.Namespace) -> list[str]:
@@ -490,55 +912,106 @@ def cmd_once(config: Config, output: Path | None) -> int:
     return 0
 
 
-def cmd_serve(config: Config) -> int:
+# How long serve may take to stop after SIGTERM/SIGINT before it leaves with os._exit (under the 5 s a service
+# manager is commonly given; a Kubernetes pod gets 30 s).
+SHUTDOWN_DEADLINE_SECONDS = 4.0
+
+
+def reload_requested(reload: threading.Event, wake: threading.Event) -> None:
+    """SIGHUP: ask serve's main loop to reload the configuration (``exporter.reload``: it logs ``config_reloaded``
+    or ``config_reload_failed``). A handler only asks; where the signal's default action would end the process
+    without a word and orphan a running tool."""
+    log.info("reload_requested")
+    reload.set()
+    wake.set()
+
+
+def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
+    """The last resort of a shutdown: when the process is still here ``seconds`` from now (something it waits for
+    at exit is stuck), kill the tools' process groups, close ``listeners``, log which threads remain and leave with
+    ``os._exit(0)``.
+
+    Normally it never fires: collect runs and abandoned reads are daemon threads, APScheduler's executor threads
+    are idle (its jobs only dispatch), and nothing else waits. A read in uninterruptible sleep (D state) cannot
+    be ended at all: its daemon thread stays in the kernel, and the kernel reaps the process only when that read
+    returns, but everything else (tools, listening sockets, other threads) is gone by then.
+    """
+
+    def hard_exit() -> None:
+        from exporter.sources.runner import stop_all
+
+        stop_all()
+        for sock in listeners:  # closed here, not by the kernel at exit: a thread stuck in D state delays that
+            sock.close()
+        me = threading.current_thread()
+        waiting = sorted(t.name for t in threading.enumerate() if t is not me and not t.daemon)
+        log.error("shutdown_deadline_exceeded", deadline_seconds=seconds, threads=waiting)
+        sys.stderr.flush()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, hard_exit)
+    timer.daemon = True
+    timer.start()
+
+
+def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT (exit 0); 2 when the web config, the rules or the listening socket are bad.
+    ``load`` reads the configuration again for SIGHUP (the same command line over the file as it is then)."""
     from exporter.http import Limits, make_app, serve
+    from exporter.metrics.collector import RocmCollector
+    from exporter.metrics.exposition import Exposition
+    from exporter.metrics.selfmetrics import ExporterMetrics
+    from exporter.reload import Reloader, Running, rules_digest
     from exporter.server.listen import SystemdSocketError
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
     except WebConfigError as exc:
-        return _fail_config([str(exc)])
-    push_status = None
-    if config.alertmanager_urls:  # serve only: once, check and parse never push
-        from exporter.sinks.status import PushStatus
-
-        push_status = PushStatus(config.alertmanager_urls)
+        return _fail_config([f"--web.config.file: {exc}"], "serve")
     try:
-        scheduler, _registry = build_runtime(config, push_status)
+        scheduler, _registry = build_runtime(config)
     except ConfigError as exc:
-        return _fail_config(exc.problems)
-    from exporter.metrics.collector import RocmCollector
-    from exporter.metrics.exposition import Exposition
-
+        return _fail_config(exc.problems, "serve")
+    exporter_metrics = ExporterMetrics()
+    collector = RocmCollector(
+        scheduler.store, config, exporter_metrics=None if config.web_disable_exporter_metrics else exporter_metrics
+    )
     # Render on change, serve bytes: sections are rendered in the collecting thread when a source records.
-    exposition = Exposition(RocmCollector(scheduler.store, config, push=push_status))
+    exposition = Exposition(collector)
     scheduler.store.subscribe(exposition.refresh)
     stop = threading.Event()
+    wake = threading.Event()  # set by a signal: the main loop looks at stop and reload
+    reload = threading.Event()
 
     def healthy() -> tuple[bool, str]:
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
 
+    limits = Limits(max_requests=config.web_max_requests, limited_paths=frozenset({config.web_telemetry_path}))
+    app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe)
     try:
-        server = serve(
-            config.listen_address,
-            make_app(exposition.get, web, healthy),
-            web,
-            limits=Limits(max_requests=config.web_max_requests),
-            systemd_socket=config.web_systemd_socket,
-        )
+        server = serve(config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket)
     except SystemdSocketError as exc:
-        return _fail_config([f"--web.systemd-socket: {exc}"])
+        return _fail_config([f"--web.systemd-socket: {exc}"], "serve")
     except (OSError, ValueError) as exc:
-        return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"])
-    pusher = None
-    if push_status is not None:
-        from exporter.sinks.alertmanager import AlertmanagerPusher, generator_url
+        return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"], "serve")
+    running = Running(
+        config, web, scheduler, collector, exposition, server, exporter_metrics, rules_digest=rules_digest(config)
+    )
+    running.start_push()  # serve only: once, check and parse never push
+    collector.reconfigure(config, running.push_status, running.exporter_families())
+    exposition.invalidate()
+    reloader = Reloader(running, load) if load is not None else None
 
-        tls = web.ssl_context is not None
-        origin = generator_url(config.listen_address, server.server_port, config.nodename, tls)
-        pusher = AlertmanagerPusher(scheduler.store, config, push_status, origin)
-        pusher.start()
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    # Before the first tool starts: a signal's default action would end the process and orphan a running tool.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: reload_requested(reload, wake))
     scheduler.start()
     log.info(
         "serving",
@@ -547,21 +1020,28 @@ def cmd_serve(config: Config) -> int:
         tls=web.ssl_context is not None,
         systemd_socket=config.web_systemd_socket,
         max_requests=config.web_max_requests,
+        telemetry_path=config.web_telemetry_path,
+        exporter_metrics=not config.web_disable_exporter_metrics,
     )
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop.wait(1.0):
-        pass
+    while not stop.is_set():
+        wake.wait(1.0)
+        wake.clear()
+        if reload.is_set() and not stop.is_set():
+            reload.clear()
+            if reloader is None:
+                log.warning("config_reload_unavailable")
+            else:
+                reloader.reload()
     from exporter.sources.runner import stop_all
 
+    # The pusher resolves what it holds firing on the way out, within --alertmanager.timeout.
+    pusher = running.pusher
+    _exit_by_deadline(
+        SHUTDOWN_DEADLINE_SECONDS + (running.config.alertmanager_timeout_seconds if pusher else 0.0), server.listeners
+    )
     stop_all()
-    scheduler.shutdown()
+    running.scheduler.shutdown()
     if pusher is not None:
         pusher.stop()  # resolves what it holds firing, within --alertmanager.timeout
     server.shutdown()
-    return 0
+    return ExitCode.OK

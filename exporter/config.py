@@ -28,6 +28,9 @@ class Config:
     web_config_file: Path | None = None
     web_max_requests: int = 40  # /metrics requests in flight; 503 beyond; 0: no limit (node_exporter's default)
     web_systemd_socket: bool = False  # serve on the sockets systemd passed instead of listen_address
+    web_telemetry_path: str = "/metrics"  # where the exposition is served
+    # drop the exporter's own process_*, python_* and scrape-duration series (node_exporter's flag of that name)
+    web_disable_exporter_metrics: bool = False
     rootfs: Path = Path("/")
     sysfs: Path = Path("/sys")
     devfs: Path = Path("/dev")
@@ -77,19 +80,22 @@ class Config:
         return path.as_posix()
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+# Prometheus' duration syntax (model.ParseDuration): a whole number per unit, the units from the largest to the
+# smallest, each at most once. "1s1s", "1.5s" and "15" are not durations.
+_DURATION = re.compile(r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?")
+_UNIT_SECONDS = (31536000, 604800, 86400, 3600, 60, 1, 0.001)
 
 
 def parse_duration(text: str) -> float:
     """Prometheus duration syntax (``500ms``, ``15s``, ``1m30s``) -> seconds; ValueError otherwise."""
-    value = str(text).strip()
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(value):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if pos != len(value) or not value or total <= 0:
-        raise ValueError(f"not a positive duration: {text!r} (use e.g. 500ms, 15s, 1m)")
-    return total
+    value = str(text)
+    match = _DURATION.fullmatch(value) if value else None
+    if match is None:
+        raise ValueError(
+            f"not a duration: {text!r} (whole numbers with units y w d h m s ms, largest first, each once: "
+            "e.g. 500ms, 15s, 1m30s)"
+        )
+    total = sum(int(n) * unit for n, unit in zip(match.groups(), _UNIT_SECONDS, strict=True) if n is not None)
+    if total <= 0:
+        raise ValueError(f"not a positive duration: {text!r}")
+    return float(total)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip as gzip_module
 import html
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ __all__ = [
     "App",
     "ExpositionProvider",
     "Limits",
+    "apply_web_config",
     "make_app",
     "parse_listen_address",
     "registry_exposition",
@@ -44,7 +46,7 @@ LANDING = """<!doctype html>
 <body>
 <h1>rocm-watchdog {version}</h1>
 <p>Prometheus exporter and stability watchdog for AMD ROCm GPU nodes.</p>
-<ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li></ul>
+<ul><li><a href="{telemetry_href}">{telemetry_path}</a></li><li><a href="healthz">/healthz</a></li></ul>
 </body></html>
 """
 
@@ -86,12 +88,17 @@ class App:
     exposition: ExpositionProvider
     healthy: Callable[[], tuple[bool, str]]
     landing: bytes = field(default=b"")
+    telemetry_path: str = "/metrics"  # --web.telemetry-path
+    observe: Callable[[float], None] | None = None  # told how long each answer of the telemetry path took
 
     def __call__(self, request: Request) -> Response:
-        if request.path == "/metrics":
+        if request.path == self.telemetry_path:
+            started = time.perf_counter()
             openmetrics = wants_openmetrics(request.headers.get("accept"))
             gzip = wants_gzip(request.headers.get("accept-encoding"))
             body = self.exposition(openmetrics, gzip)
+            if self.observe is not None:
+                self.observe(time.perf_counter() - started)
             content_type = CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT
             headers = (("Content-Encoding", "gzip"),) if gzip else ()
             return Response(200, body, content_type, (*headers, ("Vary", "Accept, Accept-Encoding")))
@@ -104,13 +111,22 @@ class App:
 
 
 def make_app(
-    source: CollectorRegistry | ExpositionProvider, web: WebConfig, healthy: Callable[[], tuple[bool, str]]
+    source: CollectorRegistry | ExpositionProvider,
+    web: WebConfig,
+    healthy: Callable[[], tuple[bool, str]],
+    telemetry_path: str = "/metrics",
+    observe: Callable[[float], None] | None = None,
 ) -> App:
     """The app over a provider, or over a registry rendered per scrape. ``web`` is kept for the call's
     compatibility: auth and TLS are the server's (``serve``)."""
     del web
     exposition = registry_exposition(source) if isinstance(source, CollectorRegistry) else source
-    return App(exposition, healthy, LANDING.format(version=html.escape(__version__)).encode())
+    landing = LANDING.format(
+        version=html.escape(__version__),
+        telemetry_path=html.escape(telemetry_path),
+        telemetry_href=html.escape(telemetry_path.lstrip("/") or "."),
+    )
+    return App(exposition, healthy, landing.encode(), telemetry_path, observe)
 
 
 def serve(
@@ -136,3 +152,13 @@ def serve(
         extra_headers=web.headers,
     )
     return server.start()
+
+
+def apply_web_config(server: HttpServer, web: WebConfig) -> None:
+    """Serve with a reloaded web config from now on (SIGHUP): TLS, users and headers; the sockets stay."""
+    server.reconfigure(
+        auth=BasicAuth(web.basic_auth_users),
+        ssl_context=web.ssl_context,
+        on_accept=CertificateReloader(web) if web.ssl_context is not None else None,
+        extra_headers=web.headers,
+    )

@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.model.gpu import GpuIdentity, GpuTelemetry, RasCount, SysfsSnapshot
+from exporter.model.gpu import GpuIdentity, GpuTelemetry, RasCount, SysfsReadErrors, SysfsSnapshot
 from exporter.model.smi import SmiGpu, SmiReport
 from exporter.parsers.common import normalize_bdf, parse_int
 from exporter.store import StoreView
@@ -46,6 +46,8 @@ class GpuView:
     compute_partition: str | None = None
     memory_partition: str | None = None
     telemetry: GpuTelemetry = field(default_factory=GpuTelemetry)  # sysfs only; partitions have none of their own
+    sysfs_read: str | None = None  # GpuIdentity.sysfs_read: ok, timeout, error; None when sysfs did not read it
+    sysfs_read_errors: tuple[SysfsReadErrors, ...] = ()  # the sysfs source's counts for this GPU's files
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ def canonical_unique_id(value: str | None) -> str | None:
     return hex(number) if number is not None else None
 
 
-def _from_sysfs(gpu: GpuIdentity, driver_version: str | None) -> GpuView:
+def _from_sysfs(gpu: GpuIdentity, driver_version: str | None, errors: tuple[SysfsReadErrors, ...]) -> GpuView:
     return GpuView(
         pci_bus=gpu.pci_bus,
         card=gpu.card.name if gpu.card else None,
@@ -90,6 +92,8 @@ def _from_sysfs(gpu: GpuIdentity, driver_version: str | None) -> GpuView:
         compute_partition=gpu.compute_partition if gpu.partition_device is None else None,
         memory_partition=gpu.memory_partition if gpu.partition_device is None else None,
         telemetry=gpu.telemetry,
+        sysfs_read=gpu.sysfs_read,
+        sysfs_read_errors=errors,
     )
 
 
@@ -122,6 +126,8 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
         compute_partition=view.compute_partition,
         memory_partition=view.memory_partition,
         telemetry=view.telemetry,
+        sysfs_read=view.sysfs_read,
+        sysfs_read_errors=view.sysfs_read_errors,
     )
 
 
@@ -132,8 +138,11 @@ def merge_gpus(sysfs: SysfsSnapshot | None, reports: Sequence[SmiReport]) -> tup
     )
     views: dict[str, GpuView] = {}
     if sysfs is not None:
+        errors: dict[str, list[SysfsReadErrors]] = {}
+        for e in sysfs.read_errors:
+            errors.setdefault(e.pci_bus, []).append(e)
         for gpu in sysfs.gpus:
-            views[gpu.pci_bus] = _from_sysfs(gpu, driver_version)
+            views[gpu.pci_bus] = _from_sysfs(gpu, driver_version, tuple(errors.get(gpu.pci_bus, ())))
     for report in reports:
         for smi in report.gpus:
             bdf = normalize_bdf(smi.pci_bus)

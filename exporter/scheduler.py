@@ -1,15 +1,26 @@
 """Collect on a schedule, serve from memory.
 
-One APScheduler 3.x interval job per polled source (``max_instances=1`` so a hung tool never piles up runs,
+One APScheduler 3.x interval job per polled source (one run at a time, so a hung tool never piles up runs,
 ``coalesce=True`` so missed runs collapse into one, jitter so a fleet does not run rocm-smi in lock-step).
 A source that can wait for its input (the kernel log: ``WaitingSource``) gets a thread of its own instead,
 which collects whenever input arrives and at least every interval (its heartbeat), so it never reads as stale
 while healthy and costs nothing while the host is quiet. The wrapper here, not the sources, records every
 source's health in the store.
+
+No run can wedge its source or the daemon. The APScheduler job of a polled source only dispatches (``_Guard``):
+it starts the collect in a daemon thread of its own and returns at once, so APScheduler's executor threads never
+block (nor keep the process alive at exit) and APScheduler never reaches ``max_instances`` (its plain-text
+"skipped" line; whatever it still logs at warning goes through structlog). A tick while a run is in progress
+starts no other and is logged as ``source_skipped`` (info once per streak, then debug). A run still going past
+its deadline (``Scheduled.deadline_seconds``: the tool's timeout plus a grace, or ``IN_PROCESS_DEADLINE_SECONDS``)
+is recorded as a failure (``up`` 0) at every tick until it returns. So at most one thread per source is ever
+stuck; a read in uninterruptible sleep leaves exactly that daemon thread behind (``exporter.sources.deadline``).
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -31,6 +42,11 @@ log = get_logger("scheduler")
 # collect per record (a record still counts within 100 ms of being written).
 MIN_GAP_SECONDS = 0.05
 SHUTDOWN_JOIN_SECONDS = 2.0
+# How long a run of an in-process source (sysfs, devices, processes) may take before it counts as stuck. The
+# sysfs source's own per-GPU deadline is far below: one hung GPU never makes the whole source stuck.
+IN_PROCESS_DEADLINE_SECONDS = 10.0
+# Past a tool's own timeout (by then the runner has killed it), how long its source may take to finish the run.
+RUN_GRACE_SECONDS = 5.0
 
 
 @runtime_checkable
@@ -53,6 +69,11 @@ class Scheduled:
         """How old the last success may be before the source's values stop being exported."""
         return 3 * self.interval_seconds + self.timeout_seconds
 
+    @property
+    def deadline_seconds(self) -> float:
+        """How long one run may take before it counts as stuck."""
+        return self.timeout_seconds + RUN_GRACE_SECONDS if self.timeout_seconds > 0 else IN_PROCESS_DEADLINE_SECONDS
+
 
 def run_source(source: Source[object], store: SnapshotStore) -> bool:
     """Run one collection and record its health; never raises. Returns whether it succeeded."""
@@ -60,9 +81,11 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     try:
         data = source.collect()
     except SourceError as exc:
-        # The name is read after the run: an auto-selecting source names the tool it ended up using.
-        bound = log.bind(source=source.name)
-        _record_failure(store, source.name, str(exc), time.monotonic() - started, bound)
+        # The name is read after the run: an auto-selecting source names the tool it ended up using, or, when none
+        # worked, gives each tool's own error.
+        duration = time.monotonic() - started
+        for name, error in (exc.by_source or {source.name: str(exc)}).items():
+            _record_failure(store, name, error, duration, log.bind(source=name))
         return False
     except Exception as exc:  # a bug in a source must not stop the others or the daemon
         bound = log.bind(source=source.name)
@@ -77,6 +100,9 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     bound = log.bind(source=name)
     previous = store.view(time.time()).entries.get(name)
     store.record_success(name, data, duration, time.time())
+    for other in getattr(source, "names", ()):  # the auto-selected tool: the one not chosen is not in use
+        if other != name:
+            store.record_unused(other)
     if previous is not None and previous.health.up is False:
         bound.info("source_recovered", duration_seconds=round(duration, 3))
     else:
@@ -94,6 +120,112 @@ def _record_failure(store: SnapshotStore, name: str, error: str, duration: float
         bound.debug("source_still_failing", error=error)
 
 
+class _Run:
+    """One collect of a polled source, in a daemon thread of its own."""
+
+    __slots__ = ("done", "started")
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.done = threading.Event()
+
+
+class _Guard:
+    """Runs a polled source so that no run blocks its caller for long: one run at a time, each in a daemon thread,
+    a failure recorded at every tick while a run is past its deadline."""
+
+    def __init__(self, job: Scheduled, store: SnapshotStore) -> None:
+        self._job = job
+        self._store = store
+        self._lock = threading.Lock()
+        self._run: _Run | None = None
+        self._skips = 0  # ticks skipped since the last run started
+        self._stopping = False
+
+    def busy(self) -> bool:
+        run = self._run
+        return run is not None and not run.done.is_set()
+
+    def stop(self) -> None:
+        """Start no more runs."""
+        with self._lock:
+            self._stopping = True
+
+    def tick(self) -> None:
+        """APScheduler's job: start a run unless one is in progress; returns at once."""
+        with self._lock:
+            if self._stopping:
+                return
+            if self._run is not None and not self._run.done.is_set():
+                self._still_running(self._run)
+                return
+            self._start()
+
+    def run_and_wait(self) -> None:
+        """One run, waited for up to its deadline (the ``once`` command)."""
+        with self._lock:
+            run = self._run if self.busy() else self._start()
+        if run is not None and not run.done.wait(max(0.0, self._job.deadline_seconds - self._age(run))):
+            with self._lock:
+                self._still_running(run)
+
+    @staticmethod
+    def _age(run: _Run) -> float:
+        return time.monotonic() - run.started
+
+    def _start(self) -> _Run | None:
+        run = _Run()
+        context = contextvars.copy_context()  # the caller's log context (``once``: the service and version)
+        name = f"collect-{self._job.source.name}"
+        thread = threading.Thread(target=context.run, args=(self._execute, run), name=name)
+        thread.daemon = True  # a run stuck in a read must not keep the process alive
+        try:
+            thread.start()
+        except RuntimeError as exc:  # can't start new thread: out of threads or memory
+            bound = log.bind(source=self._job.source.name)
+            _record_failure(self._store, self._job.source.name, f"cannot start a collect thread: {exc}", 0.0, bound)
+            return None
+        self._run = run
+        self._skips = 0
+        return run
+
+    def _still_running(self, run: _Run) -> None:
+        """A tick while ``run`` is in progress (the lock is held): skipped, or a failure once past the deadline."""
+        age = self._age(run)
+        name = self._job.source.name
+        if age < self._job.deadline_seconds:
+            self._skips += 1
+            level = log.info if self._skips == 1 else log.debug
+            level("source_skipped", source=name, running_seconds=round(age, 3), reason="the previous run is running")
+            return
+        error = f"a run did not return within {self._job.deadline_seconds:g}s; no new run starts until it does"
+        _record_failure(self._store, name, error, age, log.bind(source=name))
+
+    def _execute(self, run: _Run) -> None:
+        try:
+            run_source(self._job.source, self._store)
+        finally:
+            run.done.set()
+
+
+class _ToStructlog(logging.Handler):
+    """APScheduler's warnings and errors as structured events instead of the logging module's plain text."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = "error" if record.levelno >= logging.ERROR else "warning"
+            getattr(log, level)("apscheduler", logger=record.name, message=record.getMessage())
+        except Exception:
+            self.handleError(record)
+
+
+def _route_apscheduler_logs() -> None:
+    logger = logging.getLogger("apscheduler")
+    if not any(isinstance(h, _ToStructlog) for h in logger.handlers):
+        logger.addHandler(_ToStructlog(logging.WARNING))
+    logger.propagate = False
+
+
 class Scheduler:
     def __init__(self, store: SnapshotStore, jobs: Sequence[Scheduled]) -> None:
         self._store = store
@@ -101,6 +233,7 @@ class Scheduler:
         self._scheduler: Any = None
         self._interrupt: Interrupt | None = None
         self._threads: list[threading.Thread] = []
+        self._guards: dict[int, _Guard] = {}  # id(job) -> its guard, made on first use
         for job in self._jobs:
             for name in job.names or (job.source.name,):
                 store.register(name, job.interval_seconds, job.max_age_seconds)
@@ -109,9 +242,21 @@ class Scheduler:
     def store(self) -> SnapshotStore:
         return self._store
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the jobs report under."""
+        return tuple(name for job in self._jobs for name in (job.names or (job.source.name,)))
+
+    def _guard(self, job: Scheduled) -> _Guard:
+        guard = self._guards.get(id(job))
+        if guard is None:
+            guard = self._guards[id(job)] = _Guard(job, self._store)
+        return guard
+
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler  # not for once: 40 ms of imports
 
+        _route_apscheduler_logs()
         scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=timezone.utc,
@@ -127,9 +272,8 @@ class Scheduler:
                 self._threads.append(thread)
                 continue
             scheduler.add_job(
-                run_source,
+                self._guard(job).tick,
                 "interval",
-                args=(job.source, self._store),
                 seconds=job.interval_seconds,
                 jitter=job.interval_seconds * 0.1 if job.interval_seconds >= 5 else None,
                 next_run_time=now,  # first run at once, not one interval after start
@@ -156,13 +300,17 @@ class Scheduler:
                 interrupt_wait(interrupt, gap)
 
     def run_all_once(self) -> None:
-        """One collection of every source in order (the ``once`` command)."""
+        """One collection of every source in order (the ``once`` command), each waited for up to its deadline."""
         for job in self._jobs:
-            run_source(job.source, self._store)
+            self._guard(job).run_and_wait()
 
     def shutdown(self) -> None:
+        """Stop scheduling and close the sources. Never waits for a polled run in progress: it is a daemon thread,
+        and the daemon has killed the tools first (runner.stop_all)."""
+        for guard in self._guards.values():
+            guard.stop()
         if self._scheduler is not None:
-            # Do not wait for a job stuck on a tool: the daemon kills the tools first (runner.stop_all).
+            # The jobs only dispatch: APScheduler's executor threads are idle and exit at once.
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._interrupt is not None:
@@ -173,6 +321,11 @@ class Scheduler:
             self._interrupt.close()
             self._interrupt = None
         for job in self._jobs:
+            running = self._guards.get(id(job))
+            if running is not None and running.busy():
+                # Closing under a running collect is not safe; the process is about to exit anyway.
+                log.info("source_not_closed", source=job.source.name, reason="a run is in progress")
+                continue
             try:
                 job.source.close()
             except Exception:

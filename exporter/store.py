@@ -12,7 +12,7 @@ health series stay.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -71,8 +71,21 @@ class SnapshotStore:
             listener(name)
 
     def register(self, name: str, interval_seconds: float, max_age_seconds: float) -> None:
+        """A source that will record under ``name``. Registered again (a reloaded configuration), its data and
+        health are kept and only its interval and staleness limit change: no gap in /metrics, no counter reset."""
         with self._lock:
-            self._entries[name] = SourceEntry(SourceHealth(interval_seconds, max_age_seconds))
+            old = self._entries.get(name)
+            if old is None:
+                self._entries[name] = SourceEntry(SourceHealth(interval_seconds, max_age_seconds))
+            else:
+                health = replace(old.health, interval_seconds=interval_seconds, max_age_seconds=max_age_seconds)
+                self._entries[name] = SourceEntry(health, old.data)
+
+    def unregister(self, names: Iterable[str]) -> None:
+        """Sources that no longer run (switched off by a reloaded configuration): their series go."""
+        with self._lock:
+            for name in names:
+                self._entries.pop(name, None)
 
     def _entry(self, name: str) -> SourceEntry:
         entry = self._entries.get(name)
@@ -108,6 +121,17 @@ class SnapshotStore:
                 last_error=error,
             )
             self._entries[name] = SourceEntry(health, entry.data)  # keep the last good data
+        self._notify(name)
+
+    def record_unused(self, name: str) -> None:
+        """A name the source no longer reports under (the smi tool auto-selection chose the other tool): no up,
+        duration or staleness series, as before its first run; its failure count stays."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None or entry.health.up is None:
+                return
+            health = replace(entry.health, up=None, duration_seconds=None, consecutive_failures=0, last_error=None)
+            self._entries[name] = SourceEntry(health, None)
         self._notify(name)
 
     def view(self, now: float) -> StoreView:

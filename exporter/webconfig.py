@@ -23,8 +23,10 @@ and the second is not implemented yet.
 
 from __future__ import annotations
 
+import re
 import ssl
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,20 +49,18 @@ _CLIENT_AUTH = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
-# Go's crypto/tls names (what exporter-toolkit accepts) -> IANA code points; OpenSSL's names are looked up by
-# code point, so no second table of OpenSSL spellings is kept.
+# Go's crypto/tls names of tls.CipherSuites(), what exporter-toolkit accepts (the "insecure" suites and the
+# pre-1.16 CHACHA20 aliases are refused, as `promtool check web-config` refuses them) -> IANA code points.
+# OpenSSL's names are looked up by code point, so no second table of OpenSSL spellings is kept.
 _CIPHER_SUITES = {
     "TLS_RSA_WITH_AES_128_CBC_SHA": 0x002F,
     "TLS_RSA_WITH_AES_256_CBC_SHA": 0x0035,
-    "TLS_RSA_WITH_AES_128_CBC_SHA256": 0x003C,
     "TLS_RSA_WITH_AES_128_GCM_SHA256": 0x009C,
     "TLS_RSA_WITH_AES_256_GCM_SHA384": 0x009D,
     "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": 0xC009,
     "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": 0xC00A,
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": 0xC013,
     "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": 0xC014,
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": 0xC023,
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": 0xC027,
     "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": 0xC02F,
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": 0xC02B,
     "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": 0xC030,
@@ -68,11 +68,11 @@ _CIPHER_SUITES = {
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": 0xCCA8,
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": 0xCCA9,
 }
-_CIPHER_SUITES["TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"] = _CIPHER_SUITES["TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"]
-_CIPHER_SUITES["TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"] = _CIPHER_SUITES[
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
-]
-_TLS_KEYS = {
+# TLS 1.3 suites: Go accepts the names and ignores them (TLS 1.3 suites are not configurable); so does this.
+_TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"})
+_CURVES = frozenset({"CurveP256", "CurveP384", "CurveP521", "X25519"})  # Go's names exporter-toolkit accepts
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users")
+_TLS_KEYS = (
     "cert_file",
     "key_file",
     "client_auth_type",
@@ -83,8 +83,10 @@ _TLS_KEYS = {
     "prefer_server_cipher_suites",
     "curve_preferences",
     "client_allowed_sans",
-}
-# exporter-toolkit allows only these response headers in http_server_config.headers
+)
+_HTTP_KEYS = ("headers", "http2")
+# exporter-toolkit allows only these response headers in http_server_config.headers (names exactly so), two of
+# them only with these values
 _HEADERS = (
     "Strict-Transport-Security",
     "X-Content-Type-Options",
@@ -92,6 +94,8 @@ _HEADERS = (
     "X-XSS-Protection",
     "Content-Security-Policy",
 )
+_HEADER_VALUES = {"X-Content-Type-Options": ("nosniff",), "X-Frame-Options": ("deny", "sameorigin")}
+_BCRYPT = re.compile(r"\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}")
 
 
 class WebConfigError(ValueError):
@@ -108,19 +112,18 @@ class WebConfig:
 
 
 def load_web_config(path: Path) -> WebConfig:
-    """Read and check the file; every problem is reported together in one WebConfigError."""
+    """Read and check the file as exporter-toolkit does (``promtool check web-config`` rejects what this rejects,
+    tests/test_cli_strict.py runs both); every problem is reported together in one WebConfigError."""
     try:
-        raw: Any = safe_load(path.read_text(), str(path))
-    except (OSError, YamlError) as exc:
+        raw: Any = safe_load(path.read_text(), str(path), unique_keys=True)
+    except (OSError, UnicodeDecodeError, YamlError) as exc:
         raise WebConfigError(f"{path}: {exc}") from None
     if raw is None:
         return WebConfig()
     if not isinstance(raw, dict):
         raise WebConfigError(f"{path}: expected a mapping at the top level")
     problems: list[str] = []
-    unknown = set(raw) - {"tls_server_config", "basic_auth_users", "http_server_config"}
-    if unknown:
-        problems.append(f"unknown keys: {', '.join(sorted(unknown))}")
+    _unknown_keys(raw, _TOP_KEYS, "", problems)
     context = None
     cert_file = key_file = None
     tls = raw.get("tls_server_config")
@@ -129,15 +132,59 @@ def load_web_config(path: Path) -> WebConfig:
         if context is not None:
             cert_file, key_file = path.parent / tls["cert_file"], path.parent / tls["key_file"]
     headers = _headers(raw.get("http_server_config"), problems)
-    users: dict[str, bytes] = {}
-    for user, hashed in (raw.get("basic_auth_users") or {}).items():
-        if not isinstance(hashed, str) or not hashed.startswith("$2"):
-            problems.append(f"basic_auth_users.{user}: expected a bcrypt hash")
-            continue
-        users[str(user)] = hashed.encode()
+    users = _users(raw.get("basic_auth_users"), problems)
     if problems:
         raise WebConfigError(f"{path}: " + "; ".join(problems))
     return WebConfig(context, users, cert_file, key_file, headers)
+
+
+def _unknown_keys(section: dict[Any, Any], known: tuple[str, ...], where: str, problems: list[str]) -> None:
+    for key in sorted(set(map(str, section)) - set(known)):
+        import difflib
+
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(known)})"
+        problems.append(f"{where}unknown key {key}{hint}")
+
+
+def _users(users: Any, problems: list[str]) -> dict[str, bytes]:
+    if users is None:
+        return {}
+    if not isinstance(users, dict):
+        problems.append("basic_auth_users: expected a mapping of user names to bcrypt hashes")
+        return {}
+    out: dict[str, bytes] = {}
+    for user, hashed in users.items():
+        problem = _bcrypt_problem(hashed)
+        if problem:
+            problems.append(f"basic_auth_users.{user}: {problem}")
+            continue
+        out[str(user)] = str(hashed).encode()
+    return out
+
+
+def _bcrypt_problem(hashed: Any) -> str | None:
+    """What Go's bcrypt.Cost says of the hash (exporter-toolkit's check), then whether bcrypt here can use it."""
+    if not isinstance(hashed, str) or len(hashed) < 59:
+        return "not a bcrypt hash: too short (make one with htpasswd -nBC 10 '' | tr -d ':\\n')"
+    if hashed[0] != "$" or not hashed[1].isdigit() or hashed[1] > "2":
+        return f"not a bcrypt hash: algorithm version {hashed[1]!r} is not 2"
+    cost = hashed.split("$")[2] if hashed.count("$") >= 3 else ""
+    if not cost.isdigit() or not 4 <= int(cost) <= 31:
+        return f"not a bcrypt hash: cost {cost!r} is outside 4..31"
+    if not _BCRYPT.fullmatch(hashed):
+        return "not a bcrypt hash: bad characters or length after the cost"
+    return None
+
+
+def _string(value: Any) -> str | None:
+    """A YAML scalar as Go's yaml.v2 reads it into a string field: numbers are their text; None when not a scalar
+    string or number."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def _headers(server: Any, problems: list[str]) -> tuple[tuple[str, str], ...]:
@@ -146,76 +193,133 @@ def _headers(server: Any, problems: list[str]) -> tuple[tuple[str, str], ...]:
     if not isinstance(server, dict):
         problems.append("http_server_config: expected a mapping")
         return ()
-    for key in sorted(set(server) - {"headers", "http2"}):
-        problems.append(f"http_server_config: unknown key {key}")
-    allowed = {name.lower(): name for name in _HEADERS}
+    _unknown_keys(server, _HTTP_KEYS, "http_server_config: ", problems)
+    if "http2" in server and not isinstance(server["http2"], bool):
+        problems.append(f"http_server_config.http2: expected true or false, got {server['http2']!r}")
+    raw = server.get("headers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        problems.append("http_server_config.headers: expected a mapping of header names to values")
+        return ()
     headers: list[tuple[str, str]] = []
-    for name, value in (server.get("headers") or {}).items():
-        canonical = allowed.get(str(name).lower())
-        if canonical is None or not isinstance(value, str) or "\n" in value or "\r" in value:
-            problems.append(f"http_server_config.headers: {name!r} is not allowed (one of {', '.join(_HEADERS)})")
-            continue
-        headers.append((canonical, value))
+    for name, value in raw.items():
+        text = _string(value)
+        if name not in _HEADERS:
+            problems.append(
+                f"http_server_config.headers: {name!r} can not be configured (one of {', '.join(_HEADERS)})"
+            )
+        elif text is None or "\n" in text or "\r" in text:
+            problems.append(f"http_server_config.headers.{name}: expected a one-line string, got {value!r}")
+        elif name in _HEADER_VALUES and text not in _HEADER_VALUES[name]:
+            allowed = " or ".join(_HEADER_VALUES[name])
+            problems.append(f"http_server_config.headers.{name}: expected {allowed}, got {text!r}")
+        else:
+            headers.append((name, text))
     return tuple(headers)
 
 
 def _tls_context(tls: Any, base: Path, problems: list[str]) -> ssl.SSLContext | None:
+    """The server's context, or None when the section configures no TLS (all of it empty, as exporter-toolkit
+    treats it) or has problems (added to ``problems``)."""
     if not isinstance(tls, dict):
         problems.append("tls_server_config: expected a mapping")
         return None
-    cert, key = tls.get("cert_file"), tls.get("key_file")
-    if not cert or not key:
-        problems.append("tls_server_config: cert_file and key_file are required")
-        return None
-    for name in sorted(set(tls) - _TLS_KEYS):
-        problems.append(f"tls_server_config: unknown key {name}")
-    for name in ("curve_preferences", "client_allowed_sans"):
-        if tls.get(name):
-            problems.append(f"tls_server_config.{name}: not supported by this exporter")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    for option, default, attr in (
-        ("min_version", "TLS12", "minimum_version"),
-        ("max_version", "TLS13", "maximum_version"),
-    ):
-        version = str(tls.get(option, default))
-        if version not in _TLS_VERSIONS:
-            problems.append(f"tls_server_config.{option}: expected one of {', '.join(_TLS_VERSIONS)}, got {version!r}")
+    before = len(problems)
+    _unknown_keys(tls, _TLS_KEYS, "tls_server_config: ", problems)
+    strings: dict[str, str] = {}
+    for key in ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"):
+        if tls.get(key) is None:
             continue
-        setattr(context, attr, _TLS_VERSIONS[version])
-    if tls.get("cipher_suites"):
-        _set_cipher_suites(context, tls["cipher_suites"], problems)
-    if tls.get("prefer_server_cipher_suites", True):
+        text = _string(tls[key])
+        if text is None:
+            problems.append(f"tls_server_config.{key}: expected a string, got {tls[key]!r}")
+        else:
+            strings[key] = text
+    lists: dict[str, list[str]] = {}
+    for key in ("cipher_suites", "curve_preferences", "client_allowed_sans"):
+        value = tls.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or any(_string(v) is None for v in value):
+            problems.append(f"tls_server_config.{key}: expected a list of names, got {value!r}")
+        else:
+            lists[key] = [str(v) for v in value]
+    prefer = tls.get("prefer_server_cipher_suites", True)
+    if not isinstance(prefer, bool):
+        problems.append(f"tls_server_config.prefer_server_cipher_suites: expected true or false, got {prefer!r}")
+    versions = {}
+    for key in ("min_version", "max_version"):
+        if key in strings:
+            if strings[key] not in _TLS_VERSIONS:
+                problems.append(
+                    f"tls_server_config.{key}: unknown TLS version {strings[key]!r} (one of {', '.join(_TLS_VERSIONS)})"
+                )
+            else:
+                versions[key] = _TLS_VERSIONS[strings[key]]
+    if versions.get("min_version", ssl.TLSVersion.TLSv1_2) > versions.get("max_version", ssl.TLSVersion.TLSv1_3):
+        problems.append("tls_server_config: min_version is above max_version: no connection could be made")
+    for suite in lists.get("cipher_suites", []):
+        if suite not in _CIPHER_SUITES and suite not in _TLS13_SUITES:
+            problems.append(f"tls_server_config.cipher_suites: unknown cipher {suite!r} (Go's names, e.g. "
+                            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)")  # fmt: skip
+    for curve in lists.get("curve_preferences", []):
+        if curve not in _CURVES:
+            problems.append(f"tls_server_config.curve_preferences: unknown curve {curve!r}")
+    if lists.get("curve_preferences"):
+        problems.append("tls_server_config.curve_preferences: not supported by this exporter (Python's ssl module)")
+    if lists.get("client_allowed_sans"):
+        problems.append("tls_server_config.client_allowed_sans: not supported by this exporter")
+    auth = strings.get("client_auth_type", "")
+    if auth and auth not in _CLIENT_AUTH:
+        problems.append(
+            f"tls_server_config.client_auth_type: unknown value {auth!r} (one of {', '.join(_CLIENT_AUTH)})"
+        )
+    if not any(strings.get(k) for k in ("cert_file", "key_file", "client_ca_file", "client_auth_type")):
+        return None  # no TLS: exporter-toolkit's "no TLS config" (the other keys were still checked)
+    for key in ("cert_file", "key_file"):
+        if not strings.get(key):
+            problems.append(f"tls_server_config: {key} is missing")
+    if strings.get("client_ca_file") and auth in ("", "NoClientCert"):
+        problems.append(
+            "tls_server_config: client_ca_file is set without a client_auth_type that asks for a certificate"
+        )
+    if len(problems) > before:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with warnings.catch_warnings():  # TLS10 and TLS11 are deprecated in Python, allowed by exporter-toolkit
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = versions.get("min_version", ssl.TLSVersion.TLSv1_2)
+        context.maximum_version = versions.get("max_version", ssl.TLSVersion.TLSv1_3)
+    if lists.get("cipher_suites"):
+        _set_cipher_suites(context, lists["cipher_suites"], problems)
+    if prefer:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     try:
-        context.load_cert_chain(base / cert, base / key)
+        context.load_cert_chain(base / strings["cert_file"], base / strings["key_file"])
     except (OSError, ssl.SSLError) as exc:
-        problems.append(f"tls_server_config: cannot load cert/key: {exc}")
+        problems.append(f"tls_server_config: cannot load cert_file/key_file: {exc}")
         return None
-    auth = str(tls.get("client_auth_type", "NoClientCert"))
-    if auth not in _CLIENT_AUTH:
-        problems.append(f"tls_server_config.client_auth_type: unknown value {auth!r}")
-        return None
-    context.verify_mode = _CLIENT_AUTH[auth]
-    if tls.get("client_ca_file"):
+    context.verify_mode = _CLIENT_AUTH[auth or "NoClientCert"]
+    if strings.get("client_ca_file"):
         try:
-            context.load_verify_locations(base / tls["client_ca_file"])
+            context.load_verify_locations(base / strings["client_ca_file"])
         except (OSError, ssl.SSLError) as exc:
             problems.append(f"tls_server_config.client_ca_file: {exc}")
-    return context
+    return context if len(problems) == before else None
 
 
-def _set_cipher_suites(context: ssl.SSLContext, suites: Any, problems: list[str]) -> None:
-    if not isinstance(suites, list):
-        problems.append("tls_server_config.cipher_suites: expected a list")
-        return
+def _set_cipher_suites(context: ssl.SSLContext, suites: list[str], problems: list[str]) -> None:
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     probe.set_ciphers("ALL:@SECLEVEL=0")
     openssl_names = {c["id"] & 0xFFFF: c["name"] for c in probe.get_ciphers()}
     names = []
     for suite in suites:
-        code = _CIPHER_SUITES.get(str(suite))
-        if code is None or code not in openssl_names:
-            problems.append(f"tls_server_config.cipher_suites: unknown or unavailable suite {suite!r}")
+        if suite in _TLS13_SUITES:
+            continue
+        code = _CIPHER_SUITES[suite]
+        if code not in openssl_names:
+            problems.append(f"tls_server_config.cipher_suites: {suite!r} is not available in this OpenSSL")
             continue
         names.append(openssl_names[code])
     if names:

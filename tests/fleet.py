@@ -429,8 +429,7 @@ class Fleet:
             "baseline",
             "accept",
             f"--path.rootfs={host.root.root}",
-            f"--state.dir={host.root.state_dir}",
-            f"--kernel-log.path={host.kernel_log}",
+            f"--state.dir={host.root.state_dir}",  # baseline accept reads no kernel log: no --kernel-log.path
             "--log.level=error",
         ]
         return subprocess.run(argv, env=host.env(), capture_output=True, text=True, timeout=60)

@@ -15,8 +15,12 @@ GOLDEN = Path(__file__).parent / "golden"
 VOLATILE = re.compile(
     r"^(rocm_watchdog_source_duration_seconds|rocm_watchdog_source_last_success_timestamp_seconds"
     r"|rocm_kernel_event_last_timestamp_seconds|rocm_baseline_timestamp_seconds"
-    r"|rocm_device_condition_since_timestamp_seconds)(\{[^}]*\})? .*$"
+    r"|rocm_device_condition_since_timestamp_seconds"
+    # serve's own process_*, python_* and scrape-duration series (exporter/metrics/selfmetrics.py)
+    r"|process_[a-z_]+|python_gc_[a-z_]+|rocm_watchdog_scrape_duration_seconds_(?:count|sum))(\{[^}]*\})? .*$"
 )
+# Samples whose labels depend on the build or the machine: the git revision and branch, the Python version.
+VOLATILE_LABELS = re.compile(r"^(rocm_watchdog_build_info|python_info)\{[^}]*\}( .*)$")
 
 
 def promtool() -> str:
@@ -36,7 +40,12 @@ def normalise(text: str) -> str:
     lines = []
     for line in text.splitlines():
         m = VOLATILE.match(line)
-        lines.append(f"{m.group(1)}{m.group(2) or ''} <volatile>" if m else line)
+        labels = VOLATILE_LABELS.match(line)
+        if m:
+            line = f"{m.group(1)}{m.group(2) or ''} <volatile>"
+        elif labels:
+            line = f"{labels.group(1)}{{<volatile>}}{labels.group(2)}"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -519,20 +519,27 @@ def test_once_and_check_never_push(tmp_path: Path) -> None:
     try:
         root = build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1)])
         (root.root / "kern.log").write_text("")
-        url = f"--alertmanager.url=http://127.0.0.1:{hook.port}"
-        first = subprocess.run(
-            exporter_argv("once", root.root, root.state_dir, url), env=ENV, capture_output=True, timeout=60
-        )
+        # --alertmanager.url is serve's: on once's or check's command line it is refused (exit 2); from a config
+        # file shared with serve it is ignored (tests/test_cli_strict.py).
+        shared = tmp_path / "rocm-watchdog.yml"
+        shared.write_text(f"alertmanager.url: http://127.0.0.1:{hook.port}\nhost.name: gpu-node-7\n")
+        refused = subprocess.run(
+            exporter_argv("once", root.root, root.state_dir, f"--alertmanager.url=http://127.0.0.1:{hook.port}"),
+            env=ENV, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode == 2 and b"--alertmanager.url: not a flag of once" in refused.stderr
+        once_argv = exporter_argv("once", root.root, root.state_dir, f"--config.file={shared}")
+        first = subprocess.run(once_argv, env=ENV, capture_output=True, timeout=60)
         assert first.returncode == 0, first.stderr
         root.chmod("kfd", 0o600)
-        once = subprocess.run(
-            exporter_argv("once", root.root, root.state_dir, url), env=ENV, capture_output=True, timeout=60
-        )
+        once = subprocess.run(once_argv, env=ENV, capture_output=True, timeout=60)
         assert once.returncode == 0, once.stderr
         assert b'rocm_device_condition{cause="",condition="mode_drift"' in once.stdout
-        check = subprocess.run(
-            exporter_argv("check", root.root, root.state_dir, url), env=ENV, capture_output=True, timeout=60
-        )
+        check_argv = [
+            sys.executable, "-m", "exporter", "check", f"--path.rootfs={root.root}", f"--state.dir={root.state_dir}",
+            f"--config.file={shared}",
+        ]  # fmt: skip
+        check = subprocess.run(check_argv, env=ENV, capture_output=True, timeout=60)
         assert check.returncode == 1, check.stdout
         assert hook.received == []
     finally:

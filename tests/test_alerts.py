@@ -392,6 +392,23 @@ def cases() -> list[dict[str, Any]]:
             ],
         },
         {
+            "name": "a state file the exporter may not read",
+            "interval": "1m",
+            "input_series": [
+                HOST_INFO | {"values": "1x30"},
+                series("rocm_watchdog_state_file_unreadable", "1x30", file="baseline.json"),
+                series("rocm_watchdog_state_file_unreadable", "0x30", file="conditions.json"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "RocmWatchdogStateFileUnreadable", "exp_alerts": []},
+                {
+                    "eval_time": "6m",
+                    "alertname": "RocmWatchdogStateFileUnreadable",
+                    "exp_alerts": [expect("RocmWatchdogStateFileUnreadable", file="baseline.json")],
+                },
+            ],
+        },
+        {
             "name": "no target at all",
             "interval": "1m",
             "input_series": [{"series": 'up{job="node"}', "values": "1x30"}],

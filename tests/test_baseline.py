@@ -205,7 +205,8 @@ def test_unwritable_state_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]
             again = src.collect()
         assert state.baseline is not None and not state.baseline_created  # kept in memory for this run
         assert again.baseline == state.baseline
-        assert [e["event"] for e in logs] == ["baseline_write_failed"]  # once, not every interval
+        # once, not every interval
+        assert [(e["event"], e["file"]) for e in logs] == [("state_write_failed", "baseline.json")]
         assert baseline_accept(root.config(), now=T0) == 2
         assert "cannot write" in capsys.readouterr().err
         assert os.listdir(root.state_dir) == []

@@ -13,8 +13,8 @@ import pytest
 from exporter.cli import ConfigError, build_config, build_parser
 
 
-def config(*argv: str):  # type: ignore[no-untyped-def]
-    return build_config(build_parser().parse_args(["once", *argv]))
+def config(*argv: str, command: str = "once"):  # type: ignore[no-untyped-def]
+    return build_config(build_parser().parse_args([command, *argv]))
 
 
 def test_defaults_follow_the_contract() -> None:
@@ -35,8 +35,14 @@ def test_rootfs_prefixes_only_paths_left_at_default() -> None:
 
 
 def test_collector_toggles_and_intervals() -> None:
+    # Intervals are serve's only: once runs every source once (tests/test_cli_strict.py rejects them on once).
     c = config(
-        "--no-collector.kernel-log", "--collector.sysfs.interval", "500ms", "--collector.rocm-smi.interval", "1m"
+        "--no-collector.kernel-log",
+        "--collector.sysfs.interval",
+        "500ms",
+        "--collector.rocm-smi.interval",
+        "1m",
+        command="serve",
     )
     assert c.collectors["kernel-log"] is False
     assert c.intervals_seconds["sysfs"] == 0.5
@@ -46,7 +52,7 @@ def test_collector_toggles_and_intervals() -> None:
 def test_yaml_file_and_flags_win(tmp_path: Path) -> None:
     f = tmp_path / "c.yml"
     f.write_text("web.listen-address: 127.0.0.1:1234\ncollector.amd-smi: false\nprocesses.top-n: 5\n")
-    c = config("--config.file", str(f), "--processes.top-n", "7")
+    c = config("--config.file", str(f), "--processes.top-n", "7", command="serve")
     assert c.listen_address == "127.0.0.1:1234"
     assert c.collectors["amd-smi"] is False
     assert c.top_processes == 7
@@ -56,7 +62,8 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
     f = tmp_path / "c.yml"
     f.write_text("bogus.key: 1\ncollector.sysfs: maybe\n")
     with pytest.raises(ConfigError) as err:
-        config("--config.file", str(f), "--collector.sysfs.interval", "soon", "--smi.backend", "nvidia-smi")
+        argv = ("--config.file", str(f), "--collector.sysfs.interval", "soon", "--smi.backend", "nvidia-smi")
+        config(*argv, command="serve")
     text = str(err.value)
     for needle in ("bogus.key", "collector.sysfs", "soon", "nvidia-smi"):
         assert needle in text
@@ -141,10 +148,14 @@ def test_command_options_come_from_the_file_too_and_counts_are_whole(tmp_path: P
     f = tmp_path / "c.yml"
     f.write_text(f"output: {tmp_path / 'rocm.prom'}\njson: true\n")
     assert config("--config.file", str(f)).once_output == tmp_path / "rocm.prom"
-    assert config("--config.file", str(f)).check_json is True
+    assert config("--config.file", str(f)).check_json is False  # check's setting: ignored by once
+    assert config("--config.file", str(f), command="check").check_json is True
     f.write_text("processes.top-n: 1.9\nbaseline.auto-accept-boots: true\njson: 'yes'\nkind: rocm-smi\n")
     with pytest.raises(ConfigError) as err:
         config("--config.file", str(f))
     text = str(err.value)
-    for needle in ("top-n", "auto-accept-boots", "--json", "'kind'"):
+    for needle in ("top-n", "auto-accept-boots", "'kind'"):
         assert needle in text
+    with pytest.raises(ConfigError) as err:
+        config("--config.file", str(f), command="check")
+    assert "--json" in str(err.value) and "top-n" not in str(err.value)  # once's settings are not check's

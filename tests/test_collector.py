@@ -8,6 +8,7 @@ from paths import DATA, FIXTURES
 from prometheus_client import generate_latest
 from promtool import check_metrics, compare_golden
 
+from exporter.build import build_info
 from exporter.config import Config
 from exporter.metrics.collector import make_registry
 from exporter.model.gpu import DrmMinor, GpuIdentity, RasCount, SysfsSnapshot
@@ -102,7 +103,9 @@ def test_never_run_sources_report_failures_from_zero_but_no_up() -> None:
     registry = make_registry(store, Config(), clock=lambda: NOW)
     assert registry.get_sample_value("rocm_watchdog_source_failures_total", {"source": "rocm-smi"}) == 0
     assert registry.get_sample_value("rocm_watchdog_source_up", {"source": "rocm-smi"}) is None
-    assert registry.get_sample_value("rocm_watchdog_build_info", {"version": "0.1.0"}) == 1
+    build = build_info()
+    labels = {"version": "0.1.0", "revision": build.revision, "branch": build.branch}
+    assert registry.get_sample_value("rocm_watchdog_build_info", {**labels, "pythonversion": build.python_version}) == 1
 
 
 def test_state_files_share_one_family() -> None:

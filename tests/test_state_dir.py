@@ -85,4 +85,4 @@ def test_a_state_dir_that_is_a_file_is_unsaved_not_corrupt(root: FakeRoot) -> No
     assert devices.baseline_corrupt is None
     assert devices.baseline is not None and devices.baseline_unsaved  # drift is still judged, from memory
     assert again.baseline_unsaved
-    assert "baseline_write_failed" in {e["event"] for e in logs}
+    assert ("state_write_failed", "baseline.json") in {(e["event"], e.get("file")) for e in logs}

@@ -27,7 +27,7 @@ TIMER = "rocm-watchdog-textfile.timer"
 SERVICES = (DAEMON, TEXTFILE)
 MAX_EXPOSURE = 2.0
 # Settings the textfile service may set differently from the daemon: how it runs, and its network (none).
-RUN_SETTINGS = {"Type", "ExecStart", "Restart", "RestartSec", "TimeoutStartSec", "ReadWritePaths"}
+RUN_SETTINGS = {"Type", "ExecStart", "ExecReload", "Restart", "RestartSec", "TimeoutStartSec", "ReadWritePaths"}
 NETWORK_SETTINGS = {"RestrictAddressFamilies", "PrivateNetwork", "IPAddressDeny"}
 
 
@@ -70,10 +70,12 @@ def unit_root(tmp_path: Path) -> Path:
     for unit in (*SERVICES, TIMER):
         shutil.copy(UNITS_DIR / unit, etc / unit)
     for unit in SERVICES:
-        binary = root / exec_start(unit)[0].lstrip("/")
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        binary.write_text("#!/bin/sh\n")
-        binary.chmod(0o755)
+        reload = unit_settings(UNITS_DIR / unit)["Service"].get("ExecReload", [])
+        for path in (exec_start(unit)[0], *(shlex.split(line)[0] for line in reload)):
+            binary = root / path.lstrip("/")
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            binary.write_text("#!/bin/sh\n")
+            binary.chmod(0o755)
     return root
 
 

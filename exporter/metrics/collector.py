@@ -1,7 +1,7 @@
 """The one Collector: maps the latest snapshots to metric families on every scrape. No I/O, no parsing.
 
-Registered on a private CollectorRegistry, so nothing collects at registration and no default process
-metrics of the Python runtime mix with ours.
+Registered on a private CollectorRegistry, so nothing collects at registration and the default registry's
+process metrics never mix with ours: serve adds its own (``exporter.metrics.selfmetrics``) as the last section.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
 from exporter.metrics.health import health_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
-from exporter.model.devices import DeviceWatchState
+from exporter.metrics.selfmetrics import ExporterMetrics
+from exporter.model.devices import DeviceWatchState, StateFileStatus
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
 from exporter.model.processes import PodResourcesSnapshot, ProcessInfo, ProcessSnapshot
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
-from exporter.watchdog.baseline import BASELINE_FILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +62,21 @@ class RocmCollector(Collector):
         config: Config,
         clock: Callable[[], float] = time.time,
         push: PushStatus | None = None,
+        exporter_metrics: ExporterMetrics | None = None,
     ) -> None:
         self._store = store
         self._config = config
         self._clock = clock
         self._push = push  # the Alertmanager push's health, when --alertmanager.url is set
+        # serve's process_*, python_* and scrape-duration series (not --web.disable-exporter-metrics; never once)
+        self._exporter = exporter_metrics
+
+    def reconfigure(
+        self, config: Config, push: PushStatus | None, exporter_metrics: ExporterMetrics | None = None
+    ) -> None:
+        """A reloaded configuration (SIGHUP): the next build uses it. The rendering cache must be dropped too
+        (``Exposition.invalidate``): its keys are the store's entries, not the configuration."""
+        self._config, self._push, self._exporter = config, push, exporter_metrics
 
     def sections(self) -> tuple[Section, ...]:
         """The exposition in the order it is served, as sections each built from a few sources' entries: the
@@ -83,6 +93,8 @@ class RocmCollector(Collector):
         ]
         if self._push is not None:
             out.append(Section("push", every, self._push_health, volatile=True))
+        if self._exporter is not None:
+            out.append(Section("exporter", (), self._exporter_families, volatile=True))
         return tuple(out)
 
     def collect(self) -> Iterator[Metric]:
@@ -131,18 +143,20 @@ class RocmCollector(Collector):
             yield from kernel_families(kernel, known_gpus(view))
 
     def _state_files(self, view: StoreView) -> Iterator[Metric]:
-        corrupt: dict[str, bool] = {}
-        unsaved: dict[str, bool] = {}
+        files: list[StateFileStatus] = []
         devices = view.fresh_data("devices")
         if isinstance(devices, DeviceWatchState):
-            corrupt[BASELINE_FILE] = devices.baseline_corrupt is not None
-            unsaved[BASELINE_FILE] = devices.baseline_unsaved
+            files.extend(devices.state_files)
         entry = view.entries.get("kernel-log")
         if entry is not None and isinstance(entry.data, KernelLogState):
-            corrupt[CURSOR_FILE] = entry.data.cursor_corrupt
-            unsaved[CURSOR_FILE] = entry.data.cursor_unsaved
-        if corrupt:
-            yield from state_file_families(corrupt, unsaved)
+            # The kernel-log source fails instead of starting on a cursor it cannot read (source_up 0, its error
+            # says so): while it has data, the cursor was readable.
+            kernel = entry.data
+            corrupt = "moved aside or left in place, counting anew" if kernel.cursor_corrupt else None
+            unsaved = "the last write failed" if kernel.cursor_unsaved else None
+            files.append(StateFileStatus(CURSOR_FILE, None, corrupt, None, unsaved))
+        if files:
+            yield from state_file_families(files)
 
     def _health(self, view: StoreView) -> Iterator[Metric]:
         yield from health_families(view, self._config.nodename)
@@ -150,6 +164,10 @@ class RocmCollector(Collector):
     def _push_health(self, view: StoreView) -> Iterator[Metric]:
         if self._push is not None:
             yield from push_families(self._push.view())
+
+    def _exporter_families(self, view: StoreView) -> Iterator[Metric]:
+        if self._exporter is not None:
+            yield from self._exporter.families()
 
 
 def make_registry(

@@ -88,6 +88,10 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
     yield render
     yield card
 
+    evaluated = new_family(n.DRIFT_EVALUATED)
+    evaluated.add_metric([], _flag(state.drift_evaluated))
+    yield evaluated
+
     if baseline is not None:
         now_gpus = {g.pci_bus for g in state.sysfs.gpus}
         renumbered = new_family(n.RENDER_NODE_RENUMBERED)

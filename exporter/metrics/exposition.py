@@ -10,12 +10,18 @@ withdrawn on time without a new collection.
 The bytes are exactly what ``prometheus_client.generate_latest`` (and its OpenMetrics twin) makes of the whole
 collector: each format renders family by family, so rendering sections and joining them is the same text
 (tests/test_exposition.py compares them for every store the tests build).
+
+Volatile sections (serve's own process and scrape metrics, the Alertmanager push) are built on every scrape and
+served last. So that they do not cost a gzip of the whole body per scrape, the gzip stream is kept compressed up
+to the first volatile section (a zlib compressor paused there) and each scrape copies it and compresses only the
+volatile tail: one gzip member, the same bytes once decompressed.
 """
 
 from __future__ import annotations
 
 import gzip as gzip_module
 import threading
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +64,9 @@ class _Body:
     text: bytes
     openmetrics: bytes
     gzip: dict[bool, bytes]
+    stable: int = -1  # how many of ``parts`` come before the first volatile section (-1: all)
+    text_split: int = 0  # where the volatile tail starts in ``text`` / ``openmetrics``
+    openmetrics_split: int = 0
 
 
 class Exposition:
@@ -69,6 +78,15 @@ class Exposition:
         self._rendered: dict[str, _Rendered] = {}
         self._body: _Body | None = None
         self._serial = 0
+        # openmetrics? -> (serials of the stable prefix, its gzip bytes so far, the compressor paused after it)
+        self._gzip_prefix: dict[bool, tuple[tuple[int, ...], bytes, zlib._Compress]] = {}
+
+    def invalidate(self) -> None:
+        """Render everything again at the next scrape: the configuration the sections are built with changed."""
+        with self._lock:
+            self._rendered.clear()
+            self._body = None
+            self._gzip_prefix.clear()
 
     def refresh(self, _source: str | None = None) -> None:
         """Render what changed; a store listener (it runs in the collecting thread, after a source recorded)."""
@@ -81,21 +99,40 @@ class Exposition:
             if gzip:
                 packed = body.gzip.get(openmetrics)
                 if packed is None:
-                    raw = body.openmetrics if openmetrics else body.text
-                    packed = body.gzip[openmetrics] = gzip_module.compress(raw, GZIP_LEVEL, mtime=0)
+                    packed = body.gzip[openmetrics] = self._gzip(body, openmetrics)
                 return packed
             return body.openmetrics if openmetrics else body.text
+
+    def _gzip(self, body: _Body, openmetrics: bool) -> bytes:
+        raw = body.openmetrics if openmetrics else body.text
+        if body.stable < 0:  # nothing volatile: the body is compressed once and served until it changes
+            return gzip_module.compress(raw, GZIP_LEVEL, mtime=0)
+        split = body.openmetrics_split if openmetrics else body.text_split
+        prefix = body.parts[: body.stable]
+        cached = self._gzip_prefix.get(openmetrics)
+        if cached is None or cached[0] != prefix:
+            compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip header, mtime 0
+            cached = self._gzip_prefix[openmetrics] = (prefix, compressor.compress(raw[:split]), compressor)
+        _, head, paused = cached
+        compressor = paused.copy()
+        return head + compressor.compress(raw[split:]) + compressor.flush()
 
     def _current(self) -> _Body:
         view = self._collector.view()
         rendered: list[_Rendered] = []
+        stable = -1
         for section in self._collector.sections():
+            if section.volatile and stable < 0:
+                stable = len(rendered)
             rendered.append(self._section(section, view))
         parts = tuple(r.serial for r in rendered)
         if self._body is None or self._body.parts != parts:
             text = b"".join(r.text for r in rendered)
             om = b"".join(r.openmetrics for r in rendered) + _EOF
-            self._body = _Body(parts, text, om, {})
+            body = self._body = _Body(parts, text, om, {}, stable)
+            if stable >= 0:
+                body.text_split = sum(len(r.text) for r in rendered[:stable])
+                body.openmetrics_split = sum(len(r.openmetrics) for r in rendered[:stable])
         return self._body
 
     def _section(self, section: Section, view: StoreView) -> _Rendered:

@@ -65,6 +65,7 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     yield from (info, vram_total, vram_used, busy, numa, temperature, power, pcie_speed, pcie_width)
     yield from (ras_ce, ras_ue, ras_de)
     yield from telemetry_families(gpus)
+    yield from sysfs_read_families(gpus)
 
     link_info = new_family(names.GPU_LINK_INFO)
     weight = new_family(names.GPU_LINK_WEIGHT)
@@ -125,6 +126,19 @@ def telemetry_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
     yield clock
     yield from (family for family, _ in scalars)
     yield from (voltage, bad_pages, partition)
+
+
+def sysfs_read_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
+    """Whether each GPU's sysfs files could be read (GPUs sysfs read the state of), and its failed reads."""
+    readable = new_family(names.GPU_SYSFS_READABLE)
+    errors = new_family(names.GPU_SYSFS_READ_ERRORS)
+    for gpu in gpus:
+        if gpu.sysfs_read is not None:
+            ok = gpu.sysfs_read == "ok"
+            readable.add_metric([gpu.pci_bus, "" if ok else gpu.sysfs_read], 1 if ok else 0)
+        for e in gpu.sysfs_read_errors:
+            errors.add_metric([gpu.pci_bus, e.file, e.error], e.count)
+    yield from (readable, errors)
 
 
 def top_processes(processes: Iterable[ProcessInfo], top_n: int) -> list[ProcessInfo]:

@@ -3,13 +3,14 @@ Alertmanager push."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import Metric
 
-from exporter import __version__
+from exporter.build import build_info
 from exporter.metrics import names
 from exporter.metrics.families import new_family
+from exporter.model.devices import StateFileStatus
 from exporter.sinks.status import PushView
 from exporter.store import StoreView
 
@@ -32,20 +33,27 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
             last_success.add_metric([name], health.last_success)
         stale.add_metric([name], 0 if health.fresh(view.now) else 1)
     yield from (up, duration, last_success, failures, stale)
+    info = build_info()
     build = new_family(names.BUILD_INFO)
-    build.add_metric([__version__], 1)
+    build.add_metric([info.version, info.revision, info.branch, info.python_version], 1)
     yield build
     host = new_family(names.HOST_INFO)
     host.add_metric([nodename], 1)
     yield host
 
 
-def state_file_families(corrupt: Mapping[str, bool], unsaved: Mapping[str, bool]) -> Iterator[Metric]:
-    """One family each for every state file (baseline, kernel-log cursor): unreadable and kept aside; unsaved."""
-    for spec, flags in ((names.STATE_FILE_CORRUPT, corrupt), (names.STATE_FILE_UNSAVED, unsaved)):
+def state_file_families(files: Sequence[StateFileStatus]) -> Iterator[Metric]:
+    """The three ways a state file fails (exporter.statefile), one family each, a series per file in --state.dir
+    that the sources report on (baseline, condition start times, auto-accept candidate, kernel-log cursor)."""
+    by_name = sorted(files, key=lambda f: f.file)
+    for spec, attribute in (
+        (names.STATE_FILE_UNREADABLE, "unreadable"),
+        (names.STATE_FILE_CORRUPT, "corrupt"),
+        (names.STATE_FILE_UNSAVED, "unsaved"),
+    ):
         family = new_family(spec)
-        for file in sorted(flags):
-            family.add_metric([file], 1 if flags[file] else 0)
+        for f in by_name:
+            family.add_metric([f.file], 0 if getattr(f, attribute) is None else 1)
         yield family
 
 

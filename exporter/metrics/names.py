@@ -15,7 +15,7 @@ class Spec:
     name: str
     help: str
     labels: tuple[str, ...] = ()
-    kind: Literal["gauge", "counter"] = "gauge"
+    kind: Literal["gauge", "counter", "summary"] = "gauge"
 
 
 CACHED = " (cached: read from the last successful run of its source)"
@@ -113,6 +113,22 @@ GPU_PARTITION_MODE = Spec(
     "Current compute (SPX..CPX) and memory (NPS1..NPS8) partition mode of a partitionable GPU, 1; on its PCI "
     "function only, not on each partition (current_compute_partition, current_memory_partition)" + CACHED,
     ("pci_bus", "compute_partition", "memory_partition"),
+)
+# A sick GPU's sysfs files (issue 11): its reads run under a deadline, and a failed read is counted, not silent.
+GPU_SYSFS_READABLE = Spec(
+    "rocm_gpu_sysfs_readable",
+    "1 when the GPU's sysfs files were read in the last run of the sysfs source (reason empty); 0 with reason "
+    "timeout (not read within the deadline, or an earlier read is still blocked, e.g. by a hung GPU: the GPU's "
+    "state series are then absent) or error (every file read failed)" + CACHED,
+    ("pci_bus", "reason"),
+)
+GPU_SYSFS_READ_ERRORS = Spec(
+    "rocm_gpu_sysfs_read_errors_total",
+    "Failed reads of a sysfs file of the GPU since the exporter started; file relative to the GPU's PCI device "
+    "directory; error: the errno name (EIO, EACCES, EISDIR, ENOENT for a dangling link...), not_regular_file, "
+    "too_large, unparsable, or out_of_range (a reading outside the physical range of its quantity, rejected)" + CACHED,
+    ("pci_bus", "file", "error"),
+    "counter",
 )
 GPU_LINK_INFO = Spec(
     "rocm_gpu_link_info", "1 per linked GPU pair, both directions" + CACHED, ("pci_bus", "peer_pci_bus", "link_type")
@@ -229,7 +245,20 @@ SOURCE_STALE = Spec(
     "1 when the source's last success is too old and its values are no longer exported",
     ("source",),
 )
-BUILD_INFO = Spec("rocm_watchdog_build_info", "Build information, 1", ("version",))
+BUILD_INFO = Spec(
+    "rocm_watchdog_build_info",
+    "Build information, 1: version, git revision and branch of the build (unknown when not built from git), Python "
+    "version",
+    ("version", "revision", "branch", "pythonversion"),
+)
+# serve's own cost (on by default, off with --web.disable-exporter-metrics, like node_exporter's promhttp_* and
+# process_* series; the process_* and python_* families come from prometheus_client's collectors)
+SCRAPE_DURATION = Spec(
+    "rocm_watchdog_scrape_duration_seconds",
+    "Time taken to answer the scrapes of the telemetry path before this one (building the body from the cache)",
+    (),
+    "summary",
+)
 HOST_INFO = Spec(
     "rocm_watchdog_host_info",
     "The host this exporter watches ($NODE_NAME or the hostname, --host.name), 1: join on instance to name the host",
@@ -258,8 +287,22 @@ STATE_FILE_UNSAVED = Spec(
 )
 STATE_FILE_CORRUPT = Spec(
     "rocm_watchdog_state_file_corrupt",
-    "1 when a state file could not be read and was moved aside",
+    "1 when a state file was read but is not valid: it was moved aside to <file>.corrupt-<time> (left in place "
+    "when the state dir refuses the move) and its state started over; for baseline.json it stays 1 until "
+    "`rocm-watchdog baseline accept`, for other files until the exporter restarts",
     ("file",),
+)
+STATE_FILE_UNREADABLE = Spec(
+    "rocm_watchdog_state_file_unreadable",
+    "1 while a state file exists but cannot be read (permission denied, I/O error, a directory in its place): "
+    "nothing was moved or replaced; read again every collection",
+    ("file",),
+)
+DRIFT_EVALUATED = Spec(
+    "rocm_watchdog_drift_evaluated",
+    "1 when the last devices collection compared the node with a baseline; 0 when it had none it could use (not "
+    "written yet, unreadable or corrupt: see rocm_watchdog_state_file_*), so drift was not evaluated, only the "
+    "rules that need no baseline" + CACHED,
 )
 
 # Device watchdog conditions (issue 3 part B: exporter/watchdog/drift.py) ---------------------------------

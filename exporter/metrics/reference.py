@@ -48,6 +48,15 @@ def render() -> str:
             labels = ", ".join(f"`{label}`" for label in s.labels) or "none"
             out.append(f"| `{s.name}` | {s.kind} | {labels} | {_cell(s.help)} |")
         out.append("")
+        if title == "The exporter itself":
+            out += [
+                "`serve` also exports its own process and runtime, as node_exporter does: prometheus_client's",
+                "`process_*` (CPU seconds, resident and virtual memory, open and max fds, start time) and",
+                "`python_*` (`python_info`, garbage collector counts) families. These and",
+                "`rocm_watchdog_scrape_duration_seconds` go with `--web.disable-exporter-metrics`; `once` never",
+                "exports them (its textfile sits next to node_exporter's own `process_*`).",
+                "",
+            ]
     out += [
         "## Device-watchdog conditions",
         "",

@@ -200,11 +200,32 @@ class WatchEvent:
     cause: tuple[str, str] | None = None
 
 
+StateFileState = Literal["unreadable", "corrupt", "unsaved"]
+
+
 @dataclass(frozen=True, slots=True)
 class StateFileProblem:
+    """Why a state file could not be used. ``unreadable``: it exists but reading it failed (permission denied, an
+    I/O error, a directory in its place); nothing was moved or replaced. ``corrupt``: it was read but is not valid;
+    it was moved aside to ``moved_to`` (None: the state dir refused the move, it was left in place)."""
+
     file: str  # "baseline.json"
-    moved_to: str | None  # where the unreadable file was kept aside, when it was moved
+    moved_to: str | None  # where the corrupt file was kept aside, when it was moved
     reason: str
+    state: Literal["unreadable", "corrupt"] = "corrupt"
+    error: str = ""  # for unreadable: the error alone ("Permission denied"), without the path
+
+
+@dataclass(frozen=True, slots=True)
+class StateFileStatus:
+    """How one file of ``--state.dir`` fares in this process: the three ways it can fail, each None when it does
+    not hold. They are independent: a corrupt baseline kept aside can also fail to be written again."""
+
+    file: str  # "baseline.json", "conditions.json", "kernel-log-cursor.json"
+    unreadable: str | None = None  # why it exists but could not be read
+    corrupt: str | None = None  # why its content is not valid (it was moved aside, or left when it could not be)
+    moved_to: str | None = None
+    unsaved: str | None = None  # why the last write failed: its state lives in memory only
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +240,10 @@ class DeviceWatchState:
     baseline_corrupt: StateFileProblem | None = None  # no usable baseline until ``baseline accept``
     baseline_created: bool = False  # this collection wrote the first baseline
     baseline_unsaved: bool = False  # the baseline lives in memory only: the state dir refused the write
+    baseline_unreadable: StateFileProblem | None = None  # baseline.json exists but cannot be read: left alone
+    # drift against a baseline was evaluated; False while there is none to use (none yet, unreadable, corrupt)
+    drift_evaluated: bool = True
+    state_files: tuple[StateFileStatus, ...] = ()  # every state file this source keeps, for the metrics
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)

@@ -113,6 +113,24 @@ class GpuIdentity:
     pcie_link_width: int | None = None
     ras: tuple[RasCount, ...] = ()
     telemetry: GpuTelemetry = GpuTelemetry()
+    # how the per-interval read of the PCI function's files went: "ok"; "timeout" (not done within the deadline,
+    # or an earlier read is still stuck and no new one was started: the state fields are then empty and the
+    # identity is the last one read); "error" (every file read failed, or the read itself failed). None when
+    # the state was not read (partitions, identity-only walks).
+    sysfs_read: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsReadErrors:
+    """Failed reads of one file: ``error`` is the errno name (``EIO``, ``EACCES``, ``EISDIR``, ``ENOENT`` for a
+    dangling link...), ``not_regular_file`` (a FIFO or device node), ``too_large``, ``unparsable`` or
+    ``out_of_range`` (a well-formed reading outside the physical range of its quantity)."""
+
+    pci_bus: str  # the GPU whose files were read; "" for a file of no GPU (KFD topology, class/drm)
+    file: str  # relative to the GPU's PCI function directory, else to the sysfs root
+    error: str
+    count: int = 1
+    detail: str = ""  # the last message (strerror, the rejected value), for the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +159,5 @@ class SysfsSnapshot:
     idle_partitions: tuple[OtherDrmDevice, ...] = ()
     # module/amdgpu/version: set by out-of-tree (DKMS, ROCm "amdgpu-dkms") builds, absent for the in-kernel driver
     driver_version: str | None = None
+    # failed reads by GPU, file and kind: of this walk from ``read_sysfs``, cumulative since start from the source
+    read_errors: tuple[SysfsReadErrors, ...] = ()

@@ -260,6 +260,22 @@ class HttpServer:
         for sock in self.listeners:
             sock.close()
 
+    def reconfigure(
+        self,
+        *,
+        auth: BasicAuth | None,
+        ssl_context: ssl.SSLContext | None,
+        on_accept: Callable[[], None] | None,
+        extra_headers: tuple[tuple[str, str], ...],
+    ) -> None:
+        """A reloaded web config (SIGHUP): new connections get the new TLS context, every request after this the
+        new users and headers. Each is one attribute, swapped whole; a request in progress finishes with what it
+        started with."""
+        self._auth = auth if auth is not None and auth.required else None
+        self._ssl = ssl_context
+        self._on_accept = on_accept
+        self._extra_headers = extra_headers
+
     def stats(self) -> dict[str, Any]:
         """Open connections by state, requests in flight, client errors by kind (for health metrics)."""
         states = Counter(c.state.value for conns in list(self._conns.values()) for c in list(conns))

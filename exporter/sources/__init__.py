@@ -7,13 +7,22 @@ traceback in the log); anything else it raises is treated the same way but logge
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
 T_co = TypeVar("T_co", covariant=True)
 
 
 class SourceError(Exception):
-    """The source ran but could not produce data (tool missing, timed out, garbage output...)."""
+    """The source ran but could not produce data (tool missing, timed out, garbage output...).
+
+    ``by_source``: a source that reports under several names (the auto-selected smi tool) gives each name's own
+    error; the scheduler records a failure under every one of them instead of one under the source's name.
+    """
+
+    def __init__(self, message: str, by_source: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.by_source: Mapping[str, str] = dict(by_source or {})
 
 
 class Source(Protocol[T_co]):

@@ -11,12 +11,14 @@ process's credentials. Owner and group names come from the HOST's ``etc/passwd``
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from exporter.config import Config
@@ -37,11 +39,14 @@ from exporter.model.devices import (
     NodeKind,
     ProcessCreds,
     StateFileProblem,
+    StateFileState,
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
+    BASELINE_ACTIONS,
     EVENT_BASELINE_CREATED,
     UNHEALTHY_KINDS,
     AutoAccept,
@@ -49,7 +54,7 @@ from exporter.watchdog.baseline import (
     build_baseline,
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
-from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, evaluate
+from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
 
 log = get_logger(__name__)
 
@@ -303,7 +308,25 @@ def read_devices(config: Config, sysfs: SysfsSnapshot, creds: ProcessCreds | Non
 
 # The scheduled source -------------------------------------------------------------------------------
 
-EVENT_BASELINE_WRITE_FAILED = "baseline_write_failed"
+CONDITIONS_FILE = "conditions.json"
+CONDITIONS_ACTIONS: dict[StateFileState, str] = {
+    "unreadable": "condition start times (rocm_device_condition_since_timestamp_seconds) restart at this run "
+    "until it can be read: make it readable by the exporter's user; it is not replaced meanwhile",
+    "corrupt": "the start times of the conditions active before the restart are lost (they restart now); "
+    "nothing else to do",
+    "unsaved": "condition start times are not kept across a restart: fix the owner and mode of --state.dir or "
+    "free the disk",
+}
+EVENT_DRIFT_NOT_EVALUATED = "drift_not_evaluated"
+EVENT_DRIFT_RESUMED = "drift_evaluation_resumed"
+_NOT_EVALUATED = {
+    "unreadable": ("baseline.json cannot be read", BASELINE_ACTIONS["unreadable"]),
+    "corrupt": ("baseline.json is corrupt", BASELINE_ACTIONS["corrupt"]),
+    "none": (
+        "no baseline yet: it is written on the first collection that sees an amdgpu GPU",
+        "check that the amdgpu driver is loaded and --path.sysfs is the host's",
+    ),
+}
 
 
 def log_events(events: Iterable[WatchEvent]) -> None:
@@ -320,13 +343,33 @@ def log_events(events: Iterable[WatchEvent]) -> None:
         level(e.event, condition=e.kind, subject=e.subject, severity=e.severity, message=e.message, **extra)
 
 
+def _backdate(
+    previous: tuple[Condition, ...] | None, restored: Mapping[tuple[str, str], Condition]
+) -> tuple[Condition, ...]:
+    """``previous`` for the next evaluation with the start times an earlier run persisted: on the first collection
+    the restored conditions themselves; later (the file was unreadable until now) only the older start times."""
+    if previous is None:
+        return tuple(restored.values())
+    out = []
+    for p in previous:
+        r = restored.get(p.key)
+        out.append(replace(p, since=r.since) if p.active and r is not None and r.since < p.since else p)
+    return tuple(out)
+
+
 class DevicesSource:
     """sysfs identity + device nodes + the baseline -> drift conditions, every interval.
 
     The baseline is re-read when ``baseline.json`` changes on disk, so ``rocm-watchdog baseline accept`` run
     next to a live daemon takes effect at the next collection. The first baseline is written on the first
     collection that sees at least one amdgpu GPU (a host whose driver has not loaded yet gets none), and never
-    while a corrupt baseline is kept aside (see ``exporter.watchdog.baseline``).
+    while a baseline is unreadable or a corrupt one is kept aside (see ``exporter.watchdog.baseline``). A write
+    that fails is re-tried every collection; meanwhile the baseline lives in memory.
+
+    The active conditions and their start times persist in ``conditions.json``: a restarted exporter reports
+    when a condition began, not when it restarted. While drift cannot be evaluated (no usable baseline) the
+    baseline conditions active before are neither reported nor cleared: they are carried, with their start
+    times, until a baseline is back and says whether they still hold.
     """
 
     name = "devices"
@@ -340,23 +383,125 @@ class DevicesSource:
         self._store = BaselineStore(config.state_dir)
         self._auto = AutoAccept(self._store, config.baseline_auto_accept_boots)
         self._previous: tuple[Condition, ...] | None = None
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._cached: tuple[Baseline | None, StateFileProblem | None] = (None, None)
         self._unsaved: Baseline | None = None  # written to memory only: the state dir refused it
+        self._baseline_health = StateFileHealth(self._store.path, BASELINE_ACTIONS)
+        self._conditions_path = config.state_dir / CONDITIONS_FILE
+        self._conditions_health = StateFileHealth(self._conditions_path, CONDITIONS_ACTIONS)
+        self._restored: dict[tuple[str, str], Condition] | None = None  # None: not read yet, or unreadable
+        self._written: frozenset[tuple[str, str, float]] | None = None  # what conditions.json holds
+        self._carried: dict[tuple[str, str], Condition] = {}  # baseline conditions not evaluated now
+        self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
 
     def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
         try:
             st = os.stat(self._store.path)
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            stamp: tuple[int, int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         except OSError:
             stamp = None
-        if stamp is not None and stamp == self._stamp:
+        unreadable = self._cached[1] is not None and self._cached[1].state == "unreadable"
+        if stamp is not None and stamp == self._stamp and not unreadable:  # an unreadable file: tried every time
             return self._cached
         self._stamp = stamp
         self._cached = self._store.load(move_corrupt=True)
-        if self._cached[0] is not None or self._cached[1] is not None:
+        baseline, problem = self._cached
+        health = self._baseline_health
+        if problem is not None and problem.state == "unreadable":
+            health.read_failed(problem.error or problem.reason)
+        else:
+            health.read_ok()
+            if problem is not None:
+                health.found_corrupt(problem.reason, problem.moved_to)
+            else:
+                health.corrupt_cleared()
+        if baseline is not None or problem is not None:
             self._unsaved = None
         return self._cached
+
+    def _save_baseline(self, baseline: Baseline) -> bool:
+        try:
+            self._store.write(baseline)
+        except OSError as e:
+            self._baseline_health.write_failed(e)
+            return False
+        self._baseline_health.write_ok()
+        return True
+
+    def _restore(self) -> dict[tuple[str, str], Condition] | None:
+        """The conditions an earlier run persisted; None while the file cannot be read (tried every collection)."""
+        health = self._conditions_health
+        try:
+            raw = read_state_file(self._conditions_path)
+        except OSError as e:
+            health.read_failed(e)
+            return None
+        health.read_ok()
+        restored: tuple[Condition, ...] = ()
+        if raw is not None:
+            try:
+                restored = conditions_from_json(json.loads(raw.decode("utf-8")))
+            except ValueError as e:  # also JSONDecodeError and UnicodeDecodeError
+                reason = f"not a conditions file: {e}"
+                try:
+                    moved: str | None = str(move_aside(self._conditions_path, self._clock()))
+                except OSError as move_error:
+                    moved, reason = None, f"{reason}; could not move it aside: {move_error.strerror or move_error}"
+                health.found_corrupt(reason, moved)
+        self._written = frozenset((c.kind, c.subject, c.since) for c in restored) if raw is not None else frozenset()
+        remove_stale_temps(self._conditions_path)
+        return {c.key: c for c in restored}
+
+    def _persist(self, conditions: tuple[Condition, ...]) -> None:
+        """Write the active (and carried) conditions when their set or a start time changed. Never over a file
+        that could not be read: its start times may still be wanted."""
+        if self._restored is None:
+            return
+        active = [c for c in conditions if c.active] + list(self._carried.values())
+        content = frozenset((c.kind, c.subject, c.since) for c in active)
+        if content == self._written:
+            return
+        data = (json.dumps(conditions_to_json(active), indent=1) + "\n").encode()
+        try:
+            write_atomic(self._conditions_path, data)
+        except OSError as e:
+            self._conditions_health.write_failed(e)
+            return
+        self._conditions_health.write_ok()
+        self._written = content
+
+    def _previous_for(self, baseline: Baseline | None) -> tuple[Condition, ...] | None:
+        previous = self._previous
+        if self._restored is None:
+            restored = self._restore()
+            if restored is not None:
+                self._restored = restored
+                previous = _backdate(previous, restored)
+        if previous is None:
+            return None
+        if baseline is None:
+            # Not evaluated now, so neither holding nor cleared: kept aside with their start times.
+            for p in previous:
+                if p.active and p.kind in BASELINE_KINDS:
+                    self._carried[p.key] = p
+            return tuple(p for p in previous if p.kind not in BASELINE_KINDS)
+        if self._carried:
+            seen = {p.key for p in previous}
+            previous = previous + tuple(c for k, c in self._carried.items() if k not in seen)
+            self._carried = {}
+        return previous
+
+    def _log_drift(self, baseline: Baseline | None, problem: StateFileProblem | None) -> None:
+        why = None if baseline is not None else (problem.state if problem is not None else "none")
+        if why == self._drift_reason:
+            return
+        if why is not None:
+            reason, action = _NOT_EVALUATED[why]
+            level = log.info if why == "none" else log.warning
+            level(EVENT_DRIFT_NOT_EVALUATED, reason=reason, path=str(self._store.path), action=action)
+        elif self._drift_reason is not None:
+            log.info(EVENT_DRIFT_RESUMED, path=str(self._store.path))
+        self._drift_reason = why
 
     def collect(self) -> DeviceWatchState:
         from exporter.sources.sysfs import read_sysfs
@@ -367,19 +512,17 @@ class DevicesSource:
         baseline, problem = self._load()
         created = False
         if baseline is None and problem is None:
+            if self._unsaved is None and sysfs.gpus:
+                self._unsaved = build_baseline(sysfs, devices, now)
             if self._unsaved is not None:
                 baseline = self._unsaved
-            elif sysfs.gpus:
-                baseline = build_baseline(sysfs, devices, now)
-                try:
-                    self._store.write(baseline)
+                if self._save_baseline(baseline):
                     created = True
+                    self._unsaved = None
                     log.info(EVENT_BASELINE_CREATED, path=str(self._store.path), gpus=len(baseline.gpus))
-                except OSError as e:
-                    self._unsaved = baseline
-                    log.error(EVENT_BASELINE_WRITE_FAILED, path=str(self._store.path), error=str(e))
                 self._stamp = None
-        conditions, events = evaluate(sysfs, devices, baseline, self._previous, now)
+        self._log_drift(baseline, problem)
+        conditions, events = evaluate(sysfs, devices, baseline, self._previous_for(baseline), now)
         if baseline is not None and not created and self._auto.boots > 0:
             accepted = self._auto_accept(sysfs, devices, conditions, now)
             if accepted is not None:
@@ -388,15 +531,22 @@ class DevicesSource:
                 events += cleared
         log_events(events)
         self._previous = conditions
+        self._persist(conditions)
+        files = [self._baseline_health.status(), self._conditions_health.status()]
+        if self._auto.boots > 0:
+            files.append(self._auto.health.status())
         return DeviceWatchState(
             sysfs=sysfs,
             devices=devices,
             baseline=baseline,
             conditions=conditions,
             collected_at=now,
-            baseline_corrupt=problem,
+            baseline_corrupt=problem if problem is not None and problem.state == "corrupt" else None,
             baseline_created=created,
             baseline_unsaved=self._unsaved is not None and baseline is self._unsaved,
+            baseline_unreadable=problem if problem is not None and problem.state == "unreadable" else None,
+            drift_evaluated=baseline is not None,
+            state_files=tuple(files),
         )
 
     def _auto_accept(
@@ -413,10 +563,12 @@ class DevicesSource:
         try:
             accepted = self._auto.step(proposed, drifted, healthy)
         except OSError as e:
-            log.error(EVENT_BASELINE_WRITE_FAILED, path=str(self._auto.path), error=str(e))
+            if self._auto.health.unsaved is None:  # not the candidate file (it says so itself): the baseline
+                self._baseline_health.write_failed(e)
             return None
         if not accepted:
             return None
+        self._baseline_health.write_ok()
         self._stamp = None  # re-read from disk next time, like an accept from the CLI
         return proposed
 

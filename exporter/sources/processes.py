@@ -7,6 +7,10 @@ the per-GPU figures are keyed by PCI address; amd-smi's per-GPU entries are plac
 Enrichment reads the kernel's ``comm`` name, the owner (named from the host's ``etc/passwd`` under
 --path.rootfs, so a container sees host names) and the cgroup (container id, Kubernetes pod UID, Slurm job and
 step). Never the command line or the environment: they hold secrets.
+
+Every file is read with ``deadline.read_regular`` (``O_NONBLOCK``, regular files only), so a FIFO or device node
+in place of a procfs or KFD file cannot block the source; a read that blocks inside a regular file (a process
+stuck in the kernel, a hung GPU's KFD accounting) is the scheduler's deadline to bound (``exporter.scheduler``).
 """
 
 from __future__ import annotations
@@ -26,14 +30,20 @@ from exporter.parsers.common import normalize_bdf, parse_int
 from exporter.parsers.host import parse_cgroup, parse_passwd_file
 from exporter.parsers.slurm import parse_slurm_cgroup
 from exporter.parsers.sysfs import kfd_node_from_properties, parse_kfd_properties
-from exporter.sources import SourceError
+from exporter.sources import SourceError, deadline
+
+_MAX_READ = 1 << 16  # comm, cgroup, a KFD vram_<gpu_id> or topology file: far less
+_MAX_PASSWD_READ = 1 << 24  # etc/passwd of a host with many local users
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path, limit: int = _MAX_READ) -> str | None:
+    """The file's text; None when it cannot be read (gone with its process, not a regular file) or is larger
+    than ``limit`` (not what it should be)."""
     try:
-        return path.read_text(errors="replace")
+        data = deadline.read_regular(path, limit)
     except OSError:
         return None
+    return data.decode("utf-8", errors="replace") if len(data) <= limit else None
 
 
 def read_kfd_processes(sysfs: Path) -> dict[int, tuple[tuple[int, int | None], ...]]:
@@ -125,7 +135,7 @@ class ProcessesSource:
         reports = self._smi_reports()
         smi = tool_processes(reports)
         smi_gpus = tool_process_gpus(reports)
-        users, _ = parse_passwd_file(_read(self._passwd) or "")
+        users, _ = parse_passwd_file(_read(self._passwd, _MAX_PASSWD_READ) or "")
         infos = []
         for pid in sorted(set(kfd) | set(smi)):
             per_gpu = kfd.get(pid, ())

@@ -3,6 +3,12 @@
 ``run(argv, timeout_seconds, max_bytes)`` starts the program in its own session (so its own process group),
 reads stdout and stderr concurrently up to ``max_bytes`` each, and on timeout kills the whole group (a tool
 that forks helpers, or a wrapper script, leaves nothing behind). argv only: never a shell.
+
+``stop_all`` (serve's shutdown, on SIGTERM, SIGINT or the shutdown deadline) kills the group of every tool
+running and starts no new one, so a signal never leaves a tool behind. Two things no signal can end: a tool
+blocked in uninterruptible sleep (D state, e.g. rocm-smi inside a hung GPU's driver) dies only when the kernel
+lets it, so the wait for it after SIGKILL is bounded (``KILL_WAIT_SECONDS``, then ``tool_not_gone`` is logged);
+and a helper that moved itself to a session of its own is no longer in the group.
 """
 
 from __future__ import annotations
@@ -17,11 +23,23 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+from exporter.logging import get_logger
 
-# Processes running now, so a shutdown can end them instead of waiting out their timeouts.
+log = get_logger("runner")
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# How long to wait for a killed tool to go: a SIGKILLed process in D state goes only when its syscall returns.
+KILL_WAIT_SECONDS = 5.0
+
+# How long stop_all waits for a start in progress (fork + exec) to give it a pid it can kill.
+START_WAIT_SECONDS = 1.0
+
+# Processes running now, so a shutdown can end them instead of waiting out their timeouts; and how many are
+# being started (Popen has not returned yet), so that stop_all does not miss one while the process exits.
 _running: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
+_started = threading.Condition(_running_lock)
+_starting = 0
 _stopping = threading.Event()
 
 
@@ -46,6 +64,17 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _reap_killed(proc: subprocess.Popen[bytes]) -> bool:
+    """Wait a bounded time for a killed tool; False when it is still there (uninterruptible sleep): subprocess
+    reaps it later, whenever it goes."""
+    try:
+        proc.wait(timeout=KILL_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.warning("tool_not_gone", tool=proc.args[0] if isinstance(proc.args, tuple) else proc.args, pid=proc.pid)
+        return False
+    return True
+
+
 def run(
     argv: Sequence[str],
     timeout_seconds: float,
@@ -53,10 +82,14 @@ def run(
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
     """Run ``argv`` and return what happened; never raises for a failing or hanging program."""
+    global _starting
     args = tuple(argv)
     start = time.monotonic()
-    if _stopping.is_set():
-        return CommandResult(args, None, "", "", 0.0, error="not started: the exporter is shutting down")
+    with _running_lock:
+        if _stopping.is_set():
+            return CommandResult(args, None, "", "", 0.0, error="not started: the exporter is shutting down")
+        _starting += 1
+    proc: subprocess.Popen[bytes] | None = None
     try:
         proc = subprocess.Popen(
             args,
@@ -69,12 +102,16 @@ def run(
         )
     except OSError as exc:
         return CommandResult(args, None, "", "", time.monotonic() - start, error=f"{exc.strerror or exc}: {args[0]}")
+    finally:
+        with _running_lock:
+            _starting -= 1
+            if proc is not None:
+                _running.add(proc)
+            _started.notify_all()
+            stopping = _stopping.is_set()
 
     assert proc.stdout is not None and proc.stderr is not None
-    with _running_lock:
-        _running.add(proc)
-        stopping = _stopping.is_set()
-    if stopping:  # stop_all ran between the check above and the start: end this one too
+    if stopping:  # stop_all ran while it started: end this one too (stop_all may have killed it already)
         _kill_group(proc)
     try:
         return _collect(proc, args, start, timeout_seconds, max_bytes)
@@ -91,6 +128,9 @@ def stop_all() -> None:
     """
     _stopping.set()
     with _running_lock:
+        # A tool being started has no pid yet: wait (briefly) until it has, or the process could exit first and
+        # leave it running.
+        _started.wait_for(lambda: _starting == 0, timeout=START_WAIT_SECONDS)
         running = list(_running)
     for proc in running:
         _kill_group(proc)
@@ -129,16 +169,16 @@ def _collect(
     returncode: int | None
     if timed_out:
         _kill_group(proc)
-        proc.wait()
         returncode = None
+        _reap_killed(proc)
     else:
         # Both pipes closed: the program exited, or detached its output. Wait what remains of the budget.
         try:
             returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            proc.wait()
             returncode, timed_out = None, True
+            _reap_killed(proc)
     # Children that outlived the leader still belong to the group: do not leave them running.
     _kill_group(proc)
     proc.stdout.close()

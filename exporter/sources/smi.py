@@ -188,7 +188,9 @@ RESELECT_AFTER_FAILURES = 3
 
 
 class AutoSmiSource:
-    """amd-smi when it is installed and works, else rocm-smi; its ``name`` is the tool in use."""
+    """amd-smi when it is installed and works, else rocm-smi; its ``name`` is the tool in use. When neither works
+    the failure is reported under both names, each with its own error (``SourceError.by_source``); once one is
+    chosen the other is not in use and has no ``up`` series."""
 
     names = (AmdSmiSource.name, RocmSmiSource.name)
 
@@ -205,7 +207,7 @@ class AutoSmiSource:
 
     @property
     def name(self) -> str:
-        # Before a tool is chosen (or when none works) failures count against amd-smi, the preferred tool.
+        # Before a tool is chosen the preferred one; when none works the SourceError names each tool's failure.
         return self._chosen.name if self._chosen is not None else AmdSmiSource.name
 
     def collect(self) -> SmiReport:
@@ -221,17 +223,19 @@ class AutoSmiSource:
             else:
                 self._failures = 0
                 return report
-        errors = []
+        errors: dict[str, str] = {}
         for candidate in self._candidates:
             try:
                 report = candidate.collect()
             except SourceError as exc:
-                errors.append(f"{candidate.name}: {exc}")
+                errors[candidate.name] = str(exc)
                 continue
             self._chosen = candidate
             log.info("tool_selected", source=candidate.name)
             return report
-        raise SourceError("no working GPU tool: " + " | ".join(errors))
+        # Each tool's own failure under its own name: the one that is missing says so, the other says its error.
+        message = "no working GPU tool: " + " | ".join(f"{name}: {error}" for name, error in errors.items())
+        raise SourceError(message, by_source=errors)
 
     def close(self) -> None:
         return None

@@ -18,21 +18,30 @@ follows sysfs-devfs.md section 3:
    no such files of their own and get none.
 
 A missing file leaves that one field None. An unreadable one (EBUSY/ENODATA during a GPU reset,
-EACCES) or unparsable one does too, and adds a line to ``SysfsSnapshot.warnings``; it never fails the
-GPU or the walk.
+EACCES, EIO, a directory or FIFO in its place, a dangling link) or unparsable one does too, adds a line to
+``SysfsSnapshot.warnings`` and a ``SysfsReadErrors`` count; it never fails the GPU or the walk. A well-formed
+reading outside its physical range (the parsers reject it) is counted as ``out_of_range`` but is no warning
+line: a sensor glitch, not garbage. The source logs each (GPU, file, error) once.
+
+No read can wedge the source (``exporter.sources.deadline``): every file is opened with ``O_NONBLOCK`` and read
+only when it is a regular file, and ``SysfsSource`` reads each GPU's files in a daemon thread of its own under a
+per-GPU deadline. A GPU whose read passes the deadline (a hung SMU blocks ``read()`` inside the driver) is
+reported with ``sysfs_read="timeout"`` and its last identity, without state; the other GPUs are read as usual,
+and no new read of it starts until the stuck one returns, so at most one thread per GPU is ever stuck.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
 from exporter.config import Config
+from exporter.logging import get_logger
 from exporter.model import ParseError
 from exporter.model.gpu import (
     DrmMinor,
@@ -41,13 +50,20 @@ from exporter.model.gpu import (
     KfdNode,
     OtherDrmDevice,
     RasCount,
+    SysfsReadErrors,
     SysfsSnapshot,
 )
 from exporter.parsers import sysfs as p
 from exporter.parsers.common import normalize_bdf
-from exporter.sources import SourceError
+from exporter.sources import SourceError, deadline
 
 T = TypeVar("T")
+
+log = get_logger("sysfs")
+
+# How long one GPU's files may take to read. A healthy GPU takes milliseconds (each pp_dpm_* or hwmon read asks
+# the SMU); a hung one blocks in read() for as long as it is hung.
+GPU_READ_DEADLINE_SECONDS = 2.0
 
 _CARD = re.compile(r"^card([0-9]+)$")
 _RENDER = re.compile(r"^renderD([0-9]+)$")
@@ -106,12 +122,71 @@ def other_kind(driver: str | None, parent: str | None) -> str:
     return "other"
 
 
-class _Reader:
-    """File access with the source's error policy: missing -> None quietly, unreadable -> None + warning."""
+class _OutOfRange(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
 
-    def __init__(self, sysfs: Path) -> None:
+
+def _integer(text: str) -> int | None:
+    try:
+        return p.parse_int_value(text)
+    except ParseError:
+        return None
+
+
+def _ranged(parse: Callable[[str], T | None]) -> Callable[[str], T | None]:
+    """``parse`` for a quantity with a physical range. The parsers turn a well-formed integer outside the range
+    into None (``parse_busy_percent``: a ParseError); here that case raises _OutOfRange instead, so the reader
+    counts it and the source logs it, where a None alone would make the value vanish without a word."""
+
+    def checked(text: str) -> T | None:
+        try:
+            value = parse(text)
+        except ParseError:
+            raw = _integer(text)
+            if raw is None:
+                raise
+            raise _OutOfRange(raw) from None
+        if value is None:
+            raw = _integer(text)
+            if raw is not None:
+                raise _OutOfRange(raw)
+        return value
+
+    return checked
+
+
+_BUSY = _ranged(p.parse_busy_percent)
+_CELSIUS = _ranged(p.parse_millidegrees)
+_VOLTS = _ranged(p.parse_millivolts)
+_HERTZ = _ranged(p.parse_hwmon_hertz)
+_WATTS = _ranged(p.parse_microwatts)
+_RPM = _ranged(p.parse_fan_rpm)
+_PWM = _ranged(p.parse_pwm_ratio)
+
+
+class _Reader:
+    """File access with the source's error policy: missing -> None quietly, unreadable -> None + warning + a
+    counted error. ``for_gpu`` gives a reader of its own to each GPU, so a GPU read in another thread (and
+    perhaps abandoned there) never writes into the walk's lists."""
+
+    def __init__(self, sysfs: Path, pci_bus: str = "", device: Path | None = None) -> None:
         self.bases = (sysfs, Path(os.path.realpath(sysfs)))
+        self.pci_bus = pci_bus
+        self.device = device
         self.warnings: list[str] = []
+        self.errors: list[SysfsReadErrors] = []
+        self.reads_ok = 0
+        self.reads_failed = 0
+        self.reading: Path | None = None  # the file being read now: the one a stuck read is blocked on
+
+    def for_gpu(self, pci_bus: str, device: Path) -> _Reader:
+        return _Reader(self.bases[0], pci_bus, device)
+
+    def merge(self, other: _Reader) -> None:
+        self.warnings += other.warnings
+        self.errors += other.errors
 
     def rel(self, path: Path | str) -> str:
         """The path relative to the sysfs root, for messages."""
@@ -122,19 +197,34 @@ class _Reader:
                 continue
         return str(path)
 
+    def _fail(self, path: Path, error: str, detail: str) -> None:
+        name = self.rel(path)
+        if self.device is not None and Path(path).is_relative_to(self.device):
+            name = Path(path).relative_to(self.device).as_posix()
+        self.errors.append(SysfsReadErrors(self.pci_bus, name, error, 1, detail))
+
     def text(self, path: Path, limit: int = _MAX_READ) -> str | None:
+        self.reading = path
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(limit + 1)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+            data = deadline.read_regular(path, limit)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            if isinstance(exc, FileNotFoundError) and os.path.islink(path):
+                # A sysfs attribute is never a link: this one points nowhere.
+                self.warnings.append(f"{self.rel(path)}: unreadable (ENOENT: dangling link)")
+                self._fail(path, "ENOENT", "dangling link")
+                self.reads_failed += 1
+            return None  # absent: this GPU does not have the file
         except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, "error")
-            self.warnings.append(f"{self.rel(path)}: unreadable ({name}: {exc.strerror})")
+            kind = deadline.error_kind(exc)
+            self.warnings.append(f"{self.rel(path)}: unreadable ({kind}: {exc.strerror})")
+            self._fail(path, kind, str(exc.strerror))
+            self.reads_failed += 1
             return None
+        self.reads_ok += 1
         if len(data) > limit:
             # a truncated table would be a wrong count, not a partial one
             self.warnings.append(f"{self.rel(path)}: larger than {limit} bytes, not read")
+            self._fail(path, "too_large", f"larger than {limit} bytes")
             return None
         return data.decode("utf-8", errors="replace")
 
@@ -144,8 +234,12 @@ class _Reader:
             return None
         try:
             return parse(text)
+        except _OutOfRange as exc:
+            self._fail(path, "out_of_range", f"{exc.value} is outside the physical range, rejected")
+            return None
         except ParseError as exc:
             self.warnings.append(f"{self.rel(path)}: {exc}")
+            self._fail(path, "unparsable", str(exc))
             return None
 
     def listdir(self, path: Path) -> list[str]:
@@ -154,8 +248,9 @@ class _Reader:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, "error")
-            self.warnings.append(f"{self.rel(path)}: cannot list ({name}: {exc.strerror})")
+            kind = deadline.error_kind(exc)
+            self.warnings.append(f"{self.rel(path)}: cannot list ({kind}: {exc.strerror})")
+            self._fail(path, kind, str(exc.strerror))
             return []
 
 
@@ -311,31 +406,31 @@ def _read_hwmon(reader: _Reader, device: Path) -> _Hwmon:
                 continue
             kind, index = m[1], int(m[2])
             if kind == "temp":
-                temp = reader.value(hw_dir / name, p.parse_millidegrees)
+                temp = reader.value(hw_dir / name, _CELSIUS)
                 if temp is not None:
                     label = reader.value(hw_dir / f"temp{index}_label", p.parse_string) or f"temp{index}"
                     out.temps.append((index, label, temp))
             elif kind == "in":
-                volts = reader.value(hw_dir / name, p.parse_millivolts)
+                volts = reader.value(hw_dir / name, _VOLTS)
                 if volts is not None:
                     label = reader.value(hw_dir / f"in{index}_label", p.parse_string) or f"in{index}"
                     out.voltages.append((index, label, volts))
             else:
-                hertz = reader.value(hw_dir / name, p.parse_hwmon_hertz)
+                hertz = reader.value(hw_dir / name, _HERTZ)
                 if hertz is not None:
                     domain = reader.value(hw_dir / f"freq{index}_label", p.parse_string)
                     out.clocks.setdefault(domain or _FREQ_DOMAINS.get(index, f"freq{index}"), hertz)
         if out.power is None:
             # power1_average on older ASICs, power1_input on newer ones (MI300): the average wins when both exist.
             for name in ("power1_average", "power1_input"):
-                out.power = reader.value(hw_dir / name, p.parse_microwatts)
+                out.power = reader.value(hw_dir / name, _WATTS)
                 if out.power is not None:
                     break
-        out.cap = _first(out.cap, reader, hw_dir / "power1_cap", p.parse_microwatts)
-        out.cap_max = _first(out.cap_max, reader, hw_dir / "power1_cap_max", p.parse_microwatts)
-        out.cap_min = _first(out.cap_min, reader, hw_dir / "power1_cap_min", p.parse_microwatts)
-        out.fan_rpm = _first(out.fan_rpm, reader, hw_dir / "fan1_input", p.parse_fan_rpm)
-        out.pwm = _first(out.pwm, reader, hw_dir / "pwm1", p.parse_pwm_ratio)
+        out.cap = _first(out.cap, reader, hw_dir / "power1_cap", _WATTS)
+        out.cap_max = _first(out.cap_max, reader, hw_dir / "power1_cap_max", _WATTS)
+        out.cap_min = _first(out.cap_min, reader, hw_dir / "power1_cap_min", _WATTS)
+        out.fan_rpm = _first(out.fan_rpm, reader, hw_dir / "fan1_input", _RPM)
+        out.pwm = _first(out.pwm, reader, hw_dir / "pwm1", _PWM)
     out.temps.sort()
     out.voltages.sort()
     return out
@@ -357,7 +452,7 @@ def _clocks(reader: _Reader, device: Path, hwmon: dict[str, float]) -> tuple[tup
 
 
 def _u64(what: str) -> Callable[[str], int | None]:
-    return lambda text: p.parse_u64(text, what)
+    return _ranged(lambda text: p.parse_u64(text, what))
 
 
 def _read_telemetry(reader: _Reader, device: Path, hw: _Hwmon) -> GpuTelemetry:
@@ -369,7 +464,7 @@ def _read_telemetry(reader: _Reader, device: Path, hw: _Hwmon) -> GpuTelemetry:
         fan_speed_rpm=hw.fan_rpm,
         fan_pwm_ratio=hw.pwm,
         voltages_volts=tuple((label, volts) for _, label, volts in hw.voltages),
-        memory_busy_ratio=reader.value(device / "mem_busy_percent", p.parse_busy_percent),
+        memory_busy_ratio=reader.value(device / "mem_busy_percent", _BUSY),
         gtt_total_bytes=reader.value(device / "mem_info_gtt_total", _u64("mem_info_gtt_total")),
         gtt_used_bytes=reader.value(device / "mem_info_gtt_used", _u64("mem_info_gtt_used")),
         visible_vram_total_bytes=reader.value(device / "mem_info_vis_vram_total", _u64("mem_info_vis_vram_total")),
@@ -440,7 +535,7 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
         gpu,
         vram_total_bytes=reader.value(d / "mem_info_vram_total", p.parse_int_value),
         vram_used_bytes=reader.value(d / "mem_info_vram_used", p.parse_int_value),
-        busy_ratio=reader.value(d / "gpu_busy_percent", p.parse_busy_percent),
+        busy_ratio=reader.value(d / "gpu_busy_percent", _BUSY),
         temperatures_celsius=tuple((label, value) for _, label, value in hw.temps),
         power_watts=hw.power,
         pcie_link_speed_gts=reader.value(link / "current_link_speed", p.parse_link_speed),
@@ -450,12 +545,98 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
     )
 
 
-def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
+class GpuReads:
+    """What outlives one walk when each GPU's files are read under a deadline (``SysfsSource``): the runner, which
+    knows the GPUs whose read is still stuck, and each GPU's last identity, which stands in while it cannot be
+    read (so ``rocm_gpu_info`` keeps its labels while the GPU hangs)."""
+
+    def __init__(self, deadline_seconds: float = GPU_READ_DEADLINE_SECONDS) -> None:
+        self.deadline_seconds = deadline_seconds
+        self.runner: deadline.DeadlineRunner[GpuIdentity] = deadline.DeadlineRunner("sysfs-gpu")
+        self.last: dict[str, GpuIdentity] = {}
+        self.stuck: dict[str, _Reader] = {}  # the reader of each GPU's abandoned read, to say what it is blocked on
+
+    def blocked_on(self, pci_bus: str) -> str | None:
+        """The file (relative to the GPU's directory) the GPU's stuck read is blocked on, if known."""
+        reader = self.stuck.get(pci_bus)
+        path = reader.reading if reader is not None else None
+        if reader is None or path is None:
+            return None
+        if reader.device is not None and path.is_relative_to(reader.device):
+            return path.relative_to(reader.device).as_posix()
+        return reader.rel(path)
+
+    def stand_in(self, parent: _Parent, status: str) -> GpuIdentity:
+        """The GPU as far as this walk and its last read know it, without state."""
+        assert parent.bdf is not None
+        last = self.last.get(parent.bdf) or GpuIdentity(pci_bus=parent.bdf)
+        return GpuIdentity(
+            pci_bus=parent.bdf,
+            unique_id=last.unique_id,
+            card=parent.card,
+            render=parent.render,
+            compute_partition=last.compute_partition,
+            memory_partition=last.memory_partition,
+            driver=parent.driver or "amdgpu",
+            vendor_id=last.vendor_id,
+            device_id=last.device_id,
+            model=last.model,
+            vbios=last.vbios,
+            numa_node=last.numa_node,
+            sysfs_read=status,
+        )
+
+
+def _read_status(reader: _Reader) -> str:
+    return "error" if reader.reads_failed and not reader.reads_ok else "ok"
+
+
+def _read_gpus(
+    reader: _Reader, parents: dict[str, _Parent], with_state: bool, gpu_reads: GpuReads | None
+) -> dict[str, GpuIdentity]:
+    """Every amdgpu PCI function's identity (and state): in this thread, or each in a thread of its own under
+    ``gpu_reads``' deadline. Each GPU gets a reader of its own, merged into ``reader`` once its read returned."""
+    subs = {bdf: reader.for_gpu(bdf, Path(parent.path)) for bdf, parent in parents.items()}
+    out: dict[str, GpuIdentity] = {}
+    if gpu_reads is None:
+        for bdf, parent in parents.items():
+            gpu = _pci_gpu(subs[bdf], parent, with_state)
+            reader.merge(subs[bdf])
+            out[bdf] = replace(gpu, sysfs_read=_read_status(subs[bdf])) if with_state else gpu
+        return out
+    calls = {bdf: partial(_pci_gpu, subs[bdf], parent, with_state) for bdf, parent in parents.items()}
+    outcomes = gpu_reads.runner.run(calls, gpu_reads.deadline_seconds)
+    for bdf, parent in parents.items():
+        outcome, sub = outcomes[bdf], subs[bdf]
+        if outcome.status != "stuck":
+            gpu_reads.stuck.pop(bdf, None)
+        if outcome.status == "done" and outcome.value is not None:
+            reader.merge(sub)
+            gpu = replace(outcome.value, sysfs_read=_read_status(sub)) if with_state else outcome.value
+            gpu_reads.last[bdf] = gpu
+        elif outcome.status == "error":
+            reader.merge(sub)
+            reader.warnings.append(f"{bdf}: reading its files failed: {outcome.error!r}")
+            gpu = gpu_reads.stand_in(parent, "error")
+        else:  # timeout, or stuck since an earlier walk: that thread may still write to its reader
+            if outcome.status == "timeout":
+                gpu_reads.stuck[bdf] = sub
+            reader.warnings.append(
+                f"{bdf}: files not read within {gpu_reads.deadline_seconds:g}s (a read of "
+                f"{gpu_reads.blocked_on(bdf) or 'a file'} has been blocked for {outcome.running_seconds:.1f}s)"
+            )
+            gpu = gpu_reads.stand_in(parent, "timeout")
+        out[bdf] = gpu
+    return out
+
+
+def read_sysfs(sysfs: Path, with_state: bool = True, gpu_reads: GpuReads | None = None) -> SysfsSnapshot:
     """Walk ``sysfs`` (the directory that plays ``/sys``) once. See the module docstring.
 
     ``with_state=False`` skips the per-interval values (VRAM, busy, hwmon, link, RAS, telemetry) and keeps the
-    identity (BDF, unique_id, minors, KFD, partition modes, ids, numa node). Raises SourceError only when
-    ``sysfs`` itself cannot be listed; no amdgpu at all is an empty snapshot.
+    identity (BDF, unique_id, minors, KFD, partition modes, ids, numa node). ``gpu_reads``: read each GPU's
+    files in a thread of its own under its deadline (else here, one after the other). Raises SourceError only
+    when ``sysfs`` itself cannot be listed; no amdgpu at all is an empty snapshot.
     """
     try:
         os.listdir(sysfs)
@@ -489,14 +670,15 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
 
     kfd_nodes, kfd_dev = _read_kfd(reader, sysfs)
 
-    pci_gpus: dict[str, GpuIdentity] = {}
+    gpu_parents: dict[str, _Parent] = {}
     for real in sorted(amdgpu_paths, key=lambda r: parents[r].bdf or ""):
         parent = parents[real]
         assert parent.bdf is not None
-        if parent.bdf in pci_gpus:
+        if parent.bdf in gpu_parents:
             reader.warnings.append(f"{parent.bdf}: two devices claim this PCI address, kept the first")
             continue
-        pci_gpus[parent.bdf] = _pci_gpu(reader, parent, with_state)
+        gpu_parents[parent.bdf] = parent
+    pci_gpus = _read_gpus(reader, gpu_parents, with_state, gpu_reads)
 
     xcps = {parents[r].name: parents[r] for r in parents if r not in amdgpu_paths and _XCP.match(parents[r].name)}
     others = [par for r, par in parents.items() if r not in amdgpu_paths and not _XCP.match(par.name) and par.minors]
@@ -601,6 +783,7 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
         (as_other(par, "amdgpu") for name, par in xcps.items() if name not in joined_xcp and par.minors),
         key=lambda o: (len(o.name), o.name),
     )
+    driver_version = (reader.text(sysfs / "module" / "amdgpu" / "version") or "").strip() or None
     return SysfsSnapshot(
         gpus=tuple(gpus),
         other_drm=tuple(other_drm),
@@ -608,7 +791,8 @@ def read_sysfs(sysfs: Path, with_state: bool = True) -> SysfsSnapshot:
         kfd_dev=kfd_dev,
         warnings=tuple(reader.warnings),
         idle_partitions=tuple(idle),
-        driver_version=(reader.text(sysfs / "module" / "amdgpu" / "version") or "").strip() or None,
+        driver_version=driver_version,
+        read_errors=tuple(reader.errors),
     )
 
 
@@ -618,16 +802,59 @@ def _check_unique_id(reader: _Reader, where: str, node: KfdNode, sysfs_uid: str 
 
 
 class SysfsSource:
-    """The ``sysfs`` source: ``read_sysfs(config.sysfs)`` on every interval."""
+    """The ``sysfs`` source: ``read_sysfs(config.sysfs)`` on every interval, each GPU under a deadline.
+
+    ``up`` says the walk ran; each GPU's ``sysfs_read`` says whether its files could be read. Read errors are
+    counted since start (``SysfsSnapshot.read_errors``) and each (GPU, file, error) is logged once; a GPU that
+    stops or starts being readable is logged when it changes.
+    """
 
     name = "sysfs"
 
-    def __init__(self, config: Config, with_state: bool = True) -> None:
+    def __init__(
+        self, config: Config, with_state: bool = True, deadline_seconds: float = GPU_READ_DEADLINE_SECONDS
+    ) -> None:
         self._sysfs = config.sysfs
         self._with_state = with_state
+        self._gpu_reads = GpuReads(deadline_seconds)
+        self._errors: dict[tuple[str, str, str], SysfsReadErrors] = {}
+        self._status: dict[str, str] = {}  # pci_bus -> last sysfs_read, to log changes
 
     def collect(self) -> SysfsSnapshot:
-        return read_sysfs(self._sysfs, with_state=self._with_state)
+        snap = read_sysfs(self._sysfs, with_state=self._with_state, gpu_reads=self._gpu_reads)
+        self._count(snap.read_errors)
+        self._log_status(snap.gpus)
+        return replace(snap, read_errors=tuple(self._errors[k] for k in sorted(self._errors)))
+
+    def _count(self, errors: Iterable[SysfsReadErrors]) -> None:
+        for e in errors:
+            key = (e.pci_bus, e.file, e.error)
+            old = self._errors.get(key)
+            if old is None:  # the first of its kind: logged once, counted every time
+                event = "sysfs_value_out_of_range" if e.error == "out_of_range" else "sysfs_read_error"
+                log.warning(event, pci_bus=e.pci_bus or None, file=e.file, error=e.error, detail=e.detail)
+            self._errors[key] = replace(e, count=(old.count if old else 0) + e.count)
+
+    def _log_status(self, gpus: Iterable[GpuIdentity]) -> None:
+        for gpu in gpus:
+            if gpu.sysfs_read is None:
+                continue
+            old = self._status.get(gpu.pci_bus)
+            self._status[gpu.pci_bus] = gpu.sysfs_read
+            if gpu.sysfs_read == old or (old is None and gpu.sysfs_read == "ok"):
+                continue
+            if gpu.sysfs_read == "ok":
+                log.info("gpu_sysfs_readable", pci_bus=gpu.pci_bus)
+            else:
+                stuck = self._gpu_reads.runner.stuck().get(gpu.pci_bus)
+                log.warning(
+                    "gpu_sysfs_unreadable",
+                    pci_bus=gpu.pci_bus,
+                    reason=gpu.sysfs_read,
+                    deadline_seconds=self._gpu_reads.deadline_seconds,
+                    blocked_seconds=None if stuck is None else round(stuck, 1),
+                    blocked_on=self._gpu_reads.blocked_on(gpu.pci_bus),
+                )
 
     def close(self) -> None:
         """Nothing is held open between runs."""

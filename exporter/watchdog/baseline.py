@@ -4,12 +4,22 @@ Stored as ``baseline.json`` in ``--state.dir``. Writes are atomic: a temp file i
 rename over the old file, fsync of the directory. A crash at any point leaves either the old file or the
 new one, never a half-written one; leftover temp files are ignored by ``load`` and swept by the next write.
 
-A file that cannot be read is moved aside to ``baseline.json.corrupt-<UTC time>`` and reported; it is NOT
-replaced by a baseline of the current, possibly drifted, state. While a ``corrupt-*`` file is present and no
-valid ``baseline.json`` is, the watchdog has no baseline: drift conditions are not evaluated, the metric
-``rocm_watchdog_state_file_corrupt{file="baseline.json"}`` is 1, ``check`` reports it (exit 1) and
-``baseline show`` exits 2. ``rocm-watchdog baseline accept`` writes a new baseline and ends that state; the
-corrupt files stay for inspection.
+The three ways the file fails (``exporter.statefile``) are kept apart, and none of them makes the watchdog
+write a baseline of the current, possibly drifted, state in its place:
+
+- **unreadable** (it exists, reading fails: permission denied, EIO, a directory in its place): left alone; drift
+  is not evaluated until it can be read (re-tried every collection), ``rocm_watchdog_state_file_unreadable``
+  is 1.
+- **corrupt** (read, not a valid baseline): moved aside to ``baseline.json.corrupt-<UTC time>``. While a
+  ``corrupt-*`` file is present and no valid ``baseline.json`` is, there is no baseline: drift is not
+  evaluated, ``rocm_watchdog_state_file_corrupt{file="baseline.json"}`` is 1, ``check`` reports it (exit 1) and
+  ``baseline show`` exits 2. ``rocm-watchdog baseline accept`` writes a new baseline and ends that state; the
+  corrupt files stay for inspection.
+- **unsaved** (writing failed): the baseline lives in memory, drift is judged from it, and the write is
+  re-tried every collection.
+
+Loading never logs: the daemon logs each state once when it begins (``DevicesSource``), ``check`` and
+``baseline show`` print it.
 """
 
 from __future__ import annotations
@@ -30,20 +40,37 @@ from exporter.model.devices import (
     BaselineNode,
     DevicesSnapshot,
     StateFileProblem,
+    StateFileState,
 )
 from exporter.model.gpu import SysfsSnapshot
-from exporter.statefile import commit, fsync_dir, write_atomic, write_temp
+from exporter.statefile import (
+    CORRUPT_INFIX,
+    StateFileHealth,
+    commit,
+    move_aside,
+    read_state_file,
+    write_atomic,
+    write_temp,
+)
 from exporter.watchdog.drift import hip_indices
 
 log = get_logger(__name__)
 
 BASELINE_FILE = "baseline.json"
-CORRUPT_INFIX = ".corrupt-"
 _TMP_PREFIX = BASELINE_FILE + ".tmp-"
 
 EVENT_BASELINE_CREATED = "baseline_created"
 EVENT_BASELINE_ACCEPTED = "baseline_accepted"
-EVENT_STATE_FILE_CORRUPT = "state_file_corrupt"
+# What the operator does about baseline.json in each failed state (log lines, runbook, ``check``).
+BASELINE_ACTIONS: dict[StateFileState, str] = {
+    "unreadable": "drift is not evaluated until it can be read: make it readable by the exporter's user "
+    "(`ls -l` it and --state.dir; `chown` them to the service user), or check the disk for I/O errors; "
+    "it is not moved or replaced",
+    "corrupt": "drift is not evaluated: `rocm-watchdog baseline accept` writes a new baseline of the current state "
+    "once you have checked it is right; the corrupt file is kept aside for inspection",
+    "unsaved": "the baseline lives in memory and a restart writes a new one from the state then: fix the owner and "
+    "mode of --state.dir or free the disk",
+}
 
 
 class BaselineError(ValueError):
@@ -264,45 +291,33 @@ class BaselineStore:
         return sorted(self.state_dir / n for n in names if n.startswith(_TMP_PREFIX))
 
     def load(self, move_corrupt: bool) -> tuple[Baseline | None, StateFileProblem | None]:
-        """The stored baseline, or None and why not.
+        """The stored baseline, or None and why not (None, None: there is none yet). Never logs.
 
-        ``move_corrupt``: the daemon moves an unreadable file aside; ``check`` and ``baseline show`` only read.
+        ``move_corrupt``: the daemon moves a corrupt file aside; ``check`` and ``baseline show`` only read. An
+        unreadable file is never moved.
         """
         try:
-            raw = self.path.read_bytes()
-        except NotADirectoryError:  # the state dir is not a directory: no baseline, and writes will say why
-            return None, None
-        except FileNotFoundError:
+            raw = read_state_file(self.path)  # None also when the state dir is a file: writes will say why
+        except OSError as e:
+            error = e.strerror or str(e)
+            return None, StateFileProblem(BASELINE_FILE, None, f"cannot read {self.path}: {error}", "unreadable", error)
+        if raw is None:
             kept = self.corrupt_files()
             if kept:
-                reason = "an earlier baseline.json was unreadable and kept aside; run `rocm-watchdog baseline accept`"
+                reason = "an earlier baseline.json was corrupt and is kept aside; run `rocm-watchdog baseline accept`"
                 return None, StateFileProblem(BASELINE_FILE, str(kept[-1]), reason)
             return None, None
-        except OSError as e:
-            return None, StateFileProblem(BASELINE_FILE, None, f"cannot read {self.path}: {e.strerror}")
         try:
             return from_json(json.loads(raw.decode("utf-8"))), None
         except (UnicodeDecodeError, json.JSONDecodeError, BaselineError) as e:
-            reason = f"unreadable baseline: {e}"
+            reason = f"not a valid baseline: {e}"
         moved: str | None = None
         if move_corrupt:
             try:
-                moved = str(self._move_aside())
+                moved = str(move_aside(self.path))
             except OSError as e:  # a read-only state dir: report it where it is, keep going without a baseline
                 reason += f"; could not move it aside: {e.strerror or e}"
-        log.error(EVENT_STATE_FILE_CORRUPT, file=BASELINE_FILE, path=str(self.path), moved_to=moved, reason=reason)
         return None, StateFileProblem(BASELINE_FILE, moved, reason)
-
-    def _move_aside(self) -> Path:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.state_dir / f"{BASELINE_FILE}{CORRUPT_INFIX}{stamp}"
-        n = 1
-        while target.exists():  # two corrupt files within one second
-            n += 1
-            target = self.state_dir / f"{BASELINE_FILE}{CORRUPT_INFIX}{stamp}.{n}"
-        os.rename(self.path, target)
-        fsync_dir(self.state_dir)
-        return target
 
     def write_temp(self, baseline: Baseline) -> Path:
         """First half of ``write``: the new content, durable, under a temp name. Split out to test crashes."""
@@ -324,6 +339,12 @@ class BaselineStore:
 # Auto-accept after N healthy boots (--baseline.auto-accept-boots) ---------------------------------------
 
 CANDIDATE_FILE = "baseline-candidate.json"
+CANDIDATE_ACTIONS: dict[StateFileState, str] = {
+    "unreadable": "the count of healthy boots starts over and the file is replaced at the next count: check the "
+    "owner and mode of --state.dir",
+    "corrupt": "the count of healthy boots starts over; nothing else to do",
+    "unsaved": "boots are not counted across restarts: fix the owner and mode of --state.dir or free the disk",
+}
 EVENT_BASELINE_AUTO_ACCEPTED = "baseline_auto_accepted"
 # A boot with any of these active is not healthy: its state is never accepted automatically.
 UNHEALTHY_KINDS = frozenset(
@@ -351,19 +372,39 @@ class AutoAccept:
         self.store = store
         self.boots = boots
         self.path = store.state_dir / CANDIDATE_FILE
+        self.health = StateFileHealth(self.path, CANDIDATE_ACTIONS)
 
     def _read(self) -> tuple[str | None, list[str]]:
         try:
-            obj = json.loads(self.path.read_text(encoding="utf-8"))
+            raw = read_state_file(self.path)
+        except OSError as e:
+            self.health.read_failed(e)
+            return None, []
+        self.health.read_ok()
+        if raw is None:
+            return None, []
+        try:
+            obj = json.loads(raw.decode("utf-8"))
             fp, boots = obj["fingerprint"], obj["boots"]
             if isinstance(fp, str) and isinstance(boots, list) and all(isinstance(b, str) for b in boots):
                 return fp, boots
-        except FileNotFoundError:
-            return None, []
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        log.warning(EVENT_STATE_FILE_CORRUPT, file=CANDIDATE_FILE, path=str(self.path), action="count restarts")
+            reason = "fingerprint or boots of the wrong type"
+        except (ValueError, KeyError, TypeError) as e:
+            reason = f"not a candidate: {e!r}"
+        try:
+            moved: str | None = str(move_aside(self.path))
+        except OSError as e:
+            moved, reason = None, f"{reason}; could not move it aside: {e.strerror or e}"
+        self.health.found_corrupt(reason, moved)
         return None, []
+
+    def _write(self, data: bytes) -> None:
+        try:
+            write_atomic(self.path, data)
+        except OSError as e:
+            self.health.write_failed(e)
+            raise
+        self.health.write_ok()
 
     def _clear(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -382,7 +423,7 @@ class AutoAccept:
             boots = []
         if proposed.boot_id not in boots:
             boots.append(proposed.boot_id)
-            write_atomic(self.path, json.dumps({"fingerprint": fp, "boots": boots}).encode() + b"\n")
+            self._write(json.dumps({"fingerprint": fp, "boots": boots}).encode() + b"\n")
         if len(boots) < self.boots:
             return False
         self.store.write(proposed)

@@ -3,7 +3,10 @@
 It reads sysfs and the device nodes (never opening one), the baseline if ``--state.dir`` holds one (never
 writing it), and the GPU selection in the environment, and reports:
 
-- ``/dev/kfd`` and the render nodes present, character devices, with their modes and owners;
+- one table row per device node: present, absent or gone (a node of the baseline the host no longer has), its
+  mode, owner and numbers, and three separate verdicts: **can open** (this process, read-write), **policy**
+  (the node's mode/owner/group against the rules: a world-writable ``/dev/kfd`` opens fine and still breaks
+  one) and **baseline** (same, changed, new, or what a gone node was);
 - whether this process can open them read-write, and if not the numeric gids that would let it
   (``--group-add 109``, ``supplementalGroups: [109]``): names are useless, an image's ``render`` group is
   rarely the host's;
@@ -14,6 +17,10 @@ writing it), and the GPU selection in the environment, and reports:
 Exit 0: nothing wrong. 1: problems found (each listed). 2: could not check (sysfs unreadable).
 ``info`` conditions (a world-writable node, KFD render nodes absent from a container given a subset) are
 notes, not problems.
+
+Advice follows from what is seen, never against it: "pass --device" only when the host has the node and this
+/dev lacks it; a KFD that lists no GPU is a driver problem on the host (no device flag can fix it), and the
+GPUs' "render node without a KFD node" conditions are folded under it as its consequences.
 """
 
 from __future__ import annotations
@@ -26,13 +33,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.config import Config
-from exporter.model.devices import Baseline, Condition, DeviceNode, DevicesSnapshot, StateFileProblem
+from exporter.model.devices import (
+    Baseline,
+    BaselineNode,
+    Condition,
+    DeviceNode,
+    DevicesSnapshot,
+    ProcessCreds,
+    StateFileProblem,
+)
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
 from exporter.watchdog.baseline import BaselineStore
 from exporter.watchdog.commands import read_current
 from exporter.watchdog.conditions import fix_text
-from exporter.watchdog.drift import evaluate, hip_indices
+from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, evaluate, hip_indices
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -93,10 +108,38 @@ def select_visible(ordered: Ordered, environ: Mapping[str, str]) -> tuple[list[t
     return selected, errors
 
 
-def _node_json(n: DeviceNode) -> dict[str, Any]:
+_DRIFT_ATTRIBUTES = {**NODE_DRIFT_ATTRIBUTES, **NODE_DRIFT_EXTRA}  # condition kind -> node attribute
+
+
+def _baseline_node_json(b: BaselineNode) -> dict[str, Any]:
+    mode = None if b.mode is None else f"{b.mode:04o}"
+    return {"mode": mode, "uid": b.uid, "gid": b.gid, "major": b.major, "minor": b.minor, "acl": b.acl}
+
+
+def _node_json(
+    n: DeviceNode,
+    state: str,
+    active: Sequence[Condition],
+    baseline: Baseline | None,
+    needed: bool,
+) -> dict[str, Any]:
+    """One node: what it is, and the three verdicts kept apart (can open, policy, baseline)."""
+    here = [c for c in active if c.subject == n.path]
+    policy = sorted({c.kind for c in here if c.kind in POLICY_KINDS})
+    drift = sorted({_DRIFT_ATTRIBUTES[c.kind] for c in here if c.kind in _DRIFT_ATTRIBUTES})
+    was = baseline.node(n.path) if baseline is not None else None
+    if baseline is None:
+        against = None
+    elif was is None:
+        against = "new" if n.exists else None
+    elif not n.exists:
+        against = "gone"
+    else:
+        against = "changed" if drift else "same"
     return {
         "path": n.path,
         "present": n.exists,
+        "state": state,  # present; absent (the host's sysfs has it, this /dev does not); gone (baseline only)
         "char_device": n.is_char if n.exists else None,
         "mode": None if n.mode is None else f"{n.mode:04o}",
         "owner": n.owner,
@@ -108,7 +151,35 @@ def _node_json(n: DeviceNode) -> dict[str, Any]:
         "acl": n.has_acl,
         "accessible": n.accessible,
         "grant_gids": list(n.grant_gids),
+        "needed": needed,  # compute needs it: /dev/kfd and the render nodes KFD lists (never the card nodes)
+        "policy": policy,  # the rules its mode/owner/group break now (rocm_device_node_policy_violation)
+        "policy_ok": (not policy) if n.exists else None,
+        "baseline_state": against,  # same, changed, new, gone; None without a baseline
+        "drift": drift,  # the attributes that differ from the baseline
+        "baseline_node": _baseline_node_json(was) if was is not None else None,
     }
+
+
+def _node_rows(
+    devices: DevicesSnapshot,
+    active: Sequence[Condition],
+    baseline: Baseline | None,
+    on_host: set[str],
+    needed: set[str],
+) -> list[dict[str, Any]]:
+    """Every node present or expected now, then every node of the baseline that is neither: gone."""
+    rows = []
+    for n in devices.nodes:
+        state = "present" if n.exists else ("absent" if n.path in on_host or baseline is None else "gone")
+        rows.append(_node_json(n, state, active, baseline, n.path in needed))
+    seen = {n.path for n in devices.nodes}
+    for b in baseline.nodes if baseline is not None else ():
+        if b.path not in seen:
+            name = b.path.rsplit("/", 1)[-1]
+            kind: Any = "kfd" if name == "kfd" else ("render" if name.startswith("renderD") else "card")
+            gone = DeviceNode(b.path, name, kind, exists=False)
+            rows.append(_node_json(gone, "gone", active, baseline, b.path in needed))
+    return rows
 
 
 def _pick_gids(nodes: Sequence[DeviceNode]) -> tuple[list[int], list[str]]:
@@ -165,6 +236,20 @@ def group_causes(active: Sequence[Condition]) -> list[dict[str, Any]]:
     return out
 
 
+def _check_cause(kind: str, message: str, fix: str) -> dict[str, Any]:
+    """A cause ``check`` finds itself (not a drift condition), in the shape of ``group_causes``' entries."""
+    return {
+        "condition": kind,
+        "subject": "/dev/kfd",
+        "severity": "critical",
+        "pci_bus": None,
+        "message": message,
+        "details": {},
+        "fix": fix,
+        "consequences": [],
+    }
+
+
 def build_report(
     sysfs: SysfsSnapshot,
     devices: DevicesSnapshot,
@@ -178,25 +263,69 @@ def build_report(
     problems: list[str] = []
     notes: list[str] = list(devices.warnings)
     hip = hip_indices(sysfs)
+    on_host = sysfs_nodes(sysfs)
     if not sysfs.gpus:
         problems.append("no amdgpu GPU in sysfs (driver not loaded, or /sys not the host's?)")
 
+    # KFD: the compute side of the driver. A host without it cannot be fixed with device flags.
     kfd = devices.node("/dev/kfd")
-    if kfd is None or not kfd.exists:
-        problems.append("/dev/kfd is absent: pass --device /dev/kfd (amdkfd not loaded on the host?)")
+    kfd_missing: dict[str, Any] | None = None  # a cause of its own, the GPUs' render_without_kfd folded under it
+    if sysfs.gpus and sysfs.kfd_dev is None and not sysfs.kfd_nodes and (kfd is None or not kfd.exists):
+        kfd_missing = _check_cause(
+            "kfd_not_registered",
+            "/dev/kfd is absent and the host has no KFD (no /sys/class/kfd/kfd): the amdgpu driver did not register "
+            "compute, so no device flag can help",
+            "check dmesg for amdgpu/kfd errors (`dmesg | grep -iE 'amdgpu|kfd'`); a kernel without "
+            "CONFIG_HSA_AMD has no KFD at all",
+        )
+    elif kfd is None or not kfd.exists:
+        if sysfs.kfd_dev is not None:
+            major, minor = sysfs.kfd_dev
+            problems.append(
+                f"/dev/kfd is absent though the host's KFD is registered ({major}:{minor} in sysfs): in a container "
+                "pass --device /dev/kfd; on a host udev did not create it (`udevadm trigger`)"
+            )
+        elif sysfs.gpus:
+            problems.append("/dev/kfd is absent")
     elif not kfd.is_char:
         problems.append("/dev/kfd is not a character device")
 
     # the render nodes a compute process needs: those of KFD GPU nodes that are here
     kfd_renders = {f"/dev/dri/renderD{k.render_minor}" for k in sysfs.kfd_nodes if k.render_minor is not None}
     renders = [n for n in devices.nodes if n.kind == "render" and n.exists and n.path in kfd_renders]
-    if sysfs.gpus and not renders:
-        problems.append("no render node of a KFD GPU is present under /dev/dri: pass --device /dev/dri/renderD<N>")
+    if sysfs.gpus and kfd_missing is None and not sysfs.kfd_nodes:
+        kfd_missing = _check_cause(
+            "kfd_lists_no_gpu",
+            "KFD lists no GPU: the amdgpu driver did not register compute",
+            "check dmesg for amdgpu/kfd errors (`dmesg | grep -iE 'amdgpu|kfd'`), or the GPU is in a partition mode "
+            "with no KFD node (current_compute_partition); the render nodes are there, so no device flag can help",
+        )
+    elif sysfs.gpus and kfd_renders and not renders:
+        wanted = sorted(kfd_renders, key=lambda p: (len(p), p))
+        given = [p for p in wanted if p in on_host]
+        if given:
+            problems.append(
+                "none of the render nodes KFD lists (" + ", ".join(wanted) + ") is under /dev/dri: in a container "
+                f"pass --device {given[0]} (one per GPU the job needs, or --device /dev/dri); on a host udev did "
+                "not create them (`udevadm trigger`)"
+            )
+        else:
+            problems.append(
+                "KFD lists render nodes the host's sysfs does not have (" + ", ".join(wanted) + "): KFD and DRM "
+                "disagree; check dmesg for amdgpu/kfd errors"
+            )
     needed = [n for n in ([kfd] if kfd and kfd.exists and kfd.is_char else []) + renders if not n.accessible]
     gids, unfixable = _pick_gids(needed)
+    # one line per reason, not per node: eight render nodes of one group are one missing group
+    by_why: dict[str, list[str]] = {}
     for n in needed:
         why = f"needs one of gids {list(n.grant_gids)}" if n.grant_gids else "no group grants read-write"
-        problems.append(f"{n.path}: this process cannot open it read-write ({why})")
+        by_why.setdefault(why, []).append(n.path)
+    for why, paths in by_why.items():
+        if len(paths) == 1:
+            problems.append(f"{paths[0]}: this process cannot open it read-write ({why})")
+        else:
+            problems.append(f"this process cannot open {len(paths)} nodes read-write ({why}): " + ", ".join(paths))
     access: dict[str, Any] = {
         "kfd": kfd.accessible if kfd and kfd.exists else None,
         "render_nodes": {n.path: n.accessible for n in renders},
@@ -215,7 +344,6 @@ def build_report(
     active = [c for c in conditions if c.active]
     # A container is given a subset of the host's nodes: one the host's sysfs still has was not given to this
     # process, which is no problem of it (a node absent from sysfs too is gone, and stays a problem).
-    on_host = sysfs_nodes(sysfs)
     not_given = sorted(c.subject for c in active if c.kind == "node_missing" and c.subject in on_host)
     active = [c for c in active if not (c.kind == "node_missing" and c.subject in on_host)]
     if not_given:
@@ -224,10 +352,24 @@ def build_report(
             "/dev: not given to this container (on a host: udev did not create them): " + ", ".join(not_given)
         )
     causes = group_causes(active)
+    if kfd_missing is not None:
+        # every GPU's "render node but no KFD node" is this one cause, said once
+        folded = [c for c in causes if c["condition"] == "render_without_kfd"]
+        kfd_missing["consequences"] = [{k: v for k, v in c.items() if k not in ("fix", "consequences")} for c in folded]
+        causes = [kfd_missing, *(c for c in causes if c["condition"] != "render_without_kfd")]
     for cause in causes:
         (notes if cause["severity"] == "info" else problems).append(cause["message"])
-    if baseline_problem is not None:
-        problems.append(f"baseline unreadable: {baseline_problem.reason}; drift not checked")
+    if baseline_problem is not None and baseline_problem.state == "unreadable":
+        problems.append(
+            f"{baseline_problem.reason}: drift not checked; give this user read access to it and to its directory "
+            "(nothing was changed)"
+        )
+    elif baseline_problem is not None:
+        kept = f" (kept aside as {baseline_problem.moved_to})" if baseline_problem.moved_to else ""
+        problems.append(
+            f"baseline {baseline_path} is corrupt{kept}: {baseline_problem.reason}; drift not checked; "
+            "`rocm-watchdog baseline accept` writes a new one"
+        )
     elif baseline is None:
         notes.append(f"no baseline at {baseline_path}: drift not checked")
 
@@ -284,7 +426,7 @@ def build_report(
         "ok": not problems,
         "exit_code": EXIT_PROBLEMS if problems else EXIT_OK,
         "process": {"euid": creds.euid, "egid": creds.egid, "groups": list(creds.groups)} if creds else None,
-        "nodes": [_node_json(n) for n in devices.nodes],
+        "nodes": _node_rows(devices, active, baseline, on_host, {"/dev/kfd", *kfd_renders}),
         "gpus": gpus,
         "access": access,
         "baseline": {
@@ -293,7 +435,13 @@ def build_report(
             "created": baseline.created if baseline else None,
             "boot_id": baseline.boot_id if baseline else None,
             "same_boot": (baseline.boot_id == devices.boot_id) if baseline and devices.boot_id else None,
-            "corrupt": baseline_problem.reason if baseline_problem else None,
+            # kept apart: unreadable (exists, reading failed; nothing changed) and corrupt (not a valid baseline)
+            "corrupt": baseline_problem.reason if baseline_problem and baseline_problem.state == "corrupt" else None,
+            "unreadable": baseline_problem.reason
+            if baseline_problem and baseline_problem.state == "unreadable"
+            else None,
+            "kept_aside": baseline_problem.moved_to if baseline_problem else None,
+            "drift_checked": baseline is not None,
         },
         "causes": causes,
         "conditions": [_condition_json(c) for c in active],
@@ -310,22 +458,14 @@ def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
     proc = report["process"]
     if proc:
         lines.append(f"process: euid {proc['euid']} egid {proc['egid']} groups {proc['groups']}")
-    lines.append("device nodes:")
-    for n in report["nodes"]:
-        if not n["present"]:
-            lines.append(f"  MISSING {n['path']}")
-            continue
-        status = "ok  " if n["accessible"] else "DENY"
-        owner = f"{n['owner'] or n['uid']}:{n['group'] or n['gid']} ({n['uid']}:{n['gid']})"
-        dev = f"{n['major']}:{n['minor']}" if n["char_device"] else "NOT A CHARACTER DEVICE"
-        acl = " +acl" if n["acl"] else ""
-        lines.append(f"  {status} {n['path']:<22} {n['mode']}{acl} {owner} {dev}")
+    lines.append(
+        "device nodes (can open: by this process, read-write; policy: mode, owner and group against the rules):"
+    )
+    lines.extend(_node_table(report["nodes"]))
     lines.append("GPUs:")
     for g in report["gpus"]:
-        lines.append(
-            f"  {g['pci_bus']} {g['card'] or '-'} {g['render'] or '-'} KFD node {g['kfd_node']} "
-            f"HIP index {g['hip_index']} {g['uuid'] or ''}".rstrip()
-        )
+        kfd = "no KFD node" if g["kfd_node"] is None else f"KFD node {g['kfd_node']} HIP index {g['hip_index']}"
+        lines.append(f"  {g['pci_bus']} {g['card'] or '-'} {g['render'] or '-'} {kfd} {g['uuid'] or ''}".rstrip())
     access = report["access"]
     if access["missing_gids"]:
         lines.append(f"to open the nodes add the groups: docker run {access['docker']} ...")
@@ -353,6 +493,48 @@ def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+_TABLE_HEADER = ("path", "mode", "owner:group (uid:gid)", "device", "can open", "policy", "baseline")
+
+
+def _was(b: Mapping[str, Any] | None) -> str:
+    if b is None:
+        return "-"
+    dev = f" {b['major']}:{b['minor']}" if b["major"] is not None else ""
+    return f"was {b['mode'] or '?'} {b['uid']}:{b['gid']}{dev}"
+
+
+def _node_cells(n: Mapping[str, Any]) -> tuple[str, ...]:
+    if n["state"] != "present":
+        # absent: the host's sysfs has it, this /dev does not; gone: only the baseline has it
+        return (n["path"], n["state"], "-", "-", "-", "-", _was(n["baseline_node"]))
+    if n["mode"] is None:  # present, but stat failed
+        return (n["path"], "?", "?", "?", "-", "-", _was(n["baseline_node"]))
+    owner = f"{n['owner'] or n['uid']}:{n['group'] or n['gid']} ({n['uid']}:{n['gid']})"
+    dev = f"{n['major']}:{n['minor']}" if n["char_device"] else "not a char device"
+    mode = f"{n['mode']}+acl" if n["acl"] else str(n["mode"])
+    can_open = "-" if n["accessible"] is None else ("yes" if n["accessible"] else "no")
+    if n["accessible"] is False and not n["needed"]:
+        can_open = "no (not needed)"
+    policy = ", ".join(n["policy"]) or "ok"
+    against = n["baseline_state"]
+    if against == "changed":
+        base = n["baseline_node"] or {}
+        diffs = []
+        for attribute in n["drift"]:
+            if attribute == "rdev":
+                diffs.append(f"device {base.get('major')}:{base.get('minor')}")
+            else:
+                diffs.append(f"{attribute} {base.get(attribute)}")
+        against = "changed: was " + ", ".join(diffs)
+    return (n["path"], mode, owner, dev, can_open, policy, against or "-")
+
+
+def _node_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [_TABLE_HEADER, *(_node_cells(n) for n in nodes)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_TABLE_HEADER))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 def _cause_lines(cause: Mapping[str, Any], verbose: bool) -> list[str]:
     lines = [f"      fix: {cause['fix']}"] if cause["fix"] else []
     follow: list[Mapping[str, Any]] = cause["consequences"]
@@ -368,9 +550,16 @@ def _cause_lines(cause: Mapping[str, Any], verbose: bool) -> list[str]:
     return lines
 
 
-def run_check(config: Config, as_json: bool, environ: Mapping[str, str], verbose: bool = False) -> int:
+def run_check(
+    config: Config,
+    as_json: bool,
+    environ: Mapping[str, str],
+    verbose: bool = False,
+    creds: ProcessCreds | None = None,
+) -> int:
+    """``creds``: judge access for these credentials instead of this process's (docs/check.md's examples)."""
     try:
-        sysfs, devices = read_current(config)
+        sysfs, devices = read_current(config, creds)
     except (SourceError, OSError) as e:
         print(f"rocm-watchdog check: cannot check: {e}", file=sys.stderr)
         if as_json:

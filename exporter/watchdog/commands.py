@@ -12,11 +12,12 @@ import time
 
 from exporter.config import Config
 from exporter.logging import get_logger
-from exporter.model.devices import DevicesSnapshot
+from exporter.model.devices import DevicesSnapshot, ProcessCreds
 from exporter.model.gpu import SysfsSnapshot
 from exporter.sources import SourceError
 from exporter.sources.devices import read_devices
 from exporter.sources.sysfs import read_sysfs
+from exporter.statefile import EVENT_CORRUPT
 from exporter.watchdog.baseline import EVENT_BASELINE_ACCEPTED, BaselineStore, build_baseline, to_json
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import evaluate
@@ -24,10 +25,11 @@ from exporter.watchdog.drift import evaluate
 log = get_logger(__name__)
 
 
-def read_current(config: Config) -> tuple[SysfsSnapshot, DevicesSnapshot]:
-    """sysfs identity and the device nodes now. Raises SourceError when sysfs cannot be read."""
+def read_current(config: Config, creds: ProcessCreds | None = None) -> tuple[SysfsSnapshot, DevicesSnapshot]:
+    """sysfs identity and the device nodes now (access judged for ``creds``, by default this process's). Raises
+    SourceError when sysfs cannot be read."""
     sysfs = read_sysfs(config.sysfs, with_state=False)
-    return sysfs, read_devices(config, sysfs)
+    return sysfs, read_devices(config, sysfs, creds)
 
 
 def baseline_show(config: Config) -> int:
@@ -36,9 +38,16 @@ def baseline_show(config: Config) -> int:
     if baseline is not None:
         print(json.dumps(to_json(baseline), indent=2))
         return 0
+    if problem is not None and problem.state == "unreadable":
+        print(
+            f"rocm-watchdog: baseline: {problem.reason} (nothing was changed: give this user read access to it "
+            "and to its directory)",
+            file=sys.stderr,
+        )
+        return 2
     if problem is not None:
         where = f" (kept at {problem.moved_to})" if problem.moved_to else ""
-        print(f"rocm-watchdog: baseline: {problem.reason}{where}", file=sys.stderr)
+        print(f"rocm-watchdog: baseline is corrupt: {problem.reason}{where}", file=sys.stderr)
         return 2
     print(
         f"rocm-watchdog: no baseline in {config.state_dir} yet: `serve` writes one on its first start, "
@@ -58,6 +67,8 @@ def baseline_accept(config: Config, now: float | None = None) -> int:
         return 2
     now = time.time() if now is None else now
     old, problem = store.load(move_corrupt=True)
+    if problem is not None and problem.moved_to is not None:
+        log.warning(EVENT_CORRUPT, file=problem.file, path=str(store.path), moved_to=problem.moved_to)
     conditions, _ = evaluate(sysfs, devices, old, None, now)
     accepted = [
         {"condition": c.kind, "subject": c.subject, "message": c.message}
@@ -78,6 +89,7 @@ def baseline_accept(config: Config, now: float | None = None) -> int:
         "boot_id": baseline.boot_id,
         "replaced_created": old.created if old else None,
         "replaced_corrupt": problem.moved_to if problem else None,
+        "replaced_unreadable": problem.reason if problem and problem.state == "unreadable" else None,
         "drift_accepted": accepted,
     }
     print(json.dumps(summary, indent=2))

@@ -9,6 +9,10 @@ yields exactly one event (``device_condition_started`` / ``device_condition_clea
 Conditions that compare against the baseline (``BASELINE_KINDS``) are evaluated only when there is one;
 the policy rules (``POLICY_KINDS``) need none. ``baseline accept`` clears the first kind by moving the
 baseline; the second kind clears only when the host is fixed.
+
+``since`` survives a restart: the devices source persists the active conditions (``conditions_to_json``) in
+``conditions.json`` and passes them back (``conditions_from_json``) as ``previous`` to its first evaluation, so a
+condition still active keeps the time it began and one that ended while the exporter was down clears.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter.model.devices import (
     Baseline,
@@ -654,3 +659,52 @@ def evaluate(
         _attribute_renumbering(c)
     _attribute_same_change(c)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
+
+
+# Start times across restarts (conditions.json) --------------------------------------------------------------
+
+CONDITIONS_FORMAT = 1
+
+
+def conditions_to_json(conditions: Iterable[Condition]) -> dict[str, Any]:
+    """The active conditions, enough to restore their start times and to clear them after a restart."""
+    return {
+        "format": CONDITIONS_FORMAT,
+        "conditions": [
+            {
+                "condition": c.kind,
+                "subject": c.subject,
+                "since": c.since,
+                "severity": c.severity,
+                "pci_bus": c.pci_bus,
+                "message": c.message,
+            }
+            for c in sorted(conditions, key=lambda c: c.key)
+            if c.active
+        ],
+    }
+
+
+def conditions_from_json(obj: object) -> tuple[Condition, ...]:
+    """Validate a decoded ``conditions.json``. Raises ValueError with what is wrong. Kinds this version does not
+    know are dropped (a downgrade), not an error."""
+    if not isinstance(obj, dict) or obj.get("format") != CONDITIONS_FORMAT:
+        raise ValueError(f"not a conditions file of format {CONDITIONS_FORMAT}")
+    items = obj.get("conditions")
+    if not isinstance(items, list):
+        raise ValueError("conditions: expected a list")
+    out: list[Condition] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"conditions[{i}]: expected an object")
+        kind, subject, since = item.get("condition"), item.get("subject"), item.get("since")
+        pci_bus, message = item.get("pci_bus"), item.get("message", "")
+        if not isinstance(kind, str) or not isinstance(subject, str):
+            raise ValueError(f"conditions[{i}]: condition and subject must be strings")
+        if isinstance(since, bool) or not isinstance(since, (int, float)):
+            raise ValueError(f"conditions[{i}].since: expected a number, got {since!r}")
+        if (pci_bus is not None and not isinstance(pci_bus, str)) or not isinstance(message, str):
+            raise ValueError(f"conditions[{i}]: pci_bus and message must be strings")
+        if kind in KINDS:
+            out.append(Condition(kind, subject, True, float(since), KINDS[kind], message, (), pci_bus))
+    return tuple(out)

@@ -1,0 +1,61 @@
+"""The package build's hook (``[tool.setuptools.cmdclass]`` in pyproject.toml): writes ``exporter/_build.py``
+with the git revision, branch and build date into the built package, never into the checkout.
+
+Used only while building; the installed package imports ``exporter._build``, not this. The values come from the
+environment when the build gives them (``ROCM_WATCHDOG_REVISION``, ``ROCM_WATCHDOG_BRANCH``,
+``SOURCE_DATE_EPOCH`` for a reproducible date), else from the checkout's git metadata, else ``unknown``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from setuptools.command.build_py import build_py as _build_py  # type: ignore[import-untyped,unused-ignore]
+
+
+def _build() -> ModuleType:
+    """exporter/build.py, loaded by its path: setuptools loads this hook by path too, and the package it belongs
+    to is not importable while it is being built."""
+    path = Path(__file__).resolve().parent / "build.py"
+    spec = importlib.util.spec_from_file_location("_rocm_watchdog_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses looks its module up while building the class
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_module(source_root: Path, environ: dict[str, str] | None = None) -> str:
+    env = dict(os.environ if environ is None else environ)
+    build = _build()
+    revision, branch = build.git_revision(source_root)
+    revision = env.get("ROCM_WATCHDOG_REVISION") or revision
+    branch = env.get("ROCM_WATCHDOG_BRANCH") or branch
+    epoch = env.get("SOURCE_DATE_EPOCH")
+    try:
+        built = float(epoch) if epoch else time.time()
+        date = time.strftime("%Y%m%d-%H:%M:%S", time.gmtime(built))
+    except ValueError:
+        date = build.UNKNOWN
+    return (
+        '"""Written by the package build (exporter/_buildhook.py); not in the repository."""\n\n'
+        f"REVISION = {revision!r}\nBRANCH = {branch!r}\nBUILD_DATE = {date!r}\n"
+    )
+
+
+class BuildPy(_build_py):  # type: ignore[misc,unused-ignore]
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "exporter" / "_build.py"
+        if not self.dry_run and target.parent.is_dir():
+            target.write_text(build_module(Path(__file__).resolve().parent.parent))
+
+    def get_outputs(self, *args: Any, **kwargs: Any) -> list[str]:
+        outputs: list[str] = list(super().get_outputs(*args, **kwargs))
+        return [*outputs, str(Path(self.build_lib) / "exporter" / "_build.py")]

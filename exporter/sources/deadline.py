@@ -1,0 +1,157 @@
+"""Reads that cannot wedge their caller: calls under a deadline in daemon threads, and file reads that never block
+in ``open()``.
+
+A sick GPU can make a read of one of its sysfs files block for as long as the GPU is hung: the read sits inside
+the driver (a hung SMU, a reset holding a lock). Nothing can interrupt it from user space, so the only defence
+is not to wait for it:
+
+- ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a daemon thread of its own and waits for all
+  of them together up to a deadline. A call past the deadline is abandoned: its thread is left to finish on its
+  own and is never given other work, and while it is still running no new call for that key is started (the key
+  is reported ``stuck``). So at most one thread per key can be stuck, the threads never grow past the number of
+  keys, and a stuck key never delays the others.
+- ``read_regular`` opens with ``O_NONBLOCK`` and refuses anything that is not a regular file: a FIFO or a
+  device node in place of a sysfs attribute would otherwise block in ``open()`` or ``read()`` for good. This is
+  the cheap first line only: a hung GPU blocks inside ``read()`` of a regular file, and there the deadline is
+  the protection.
+
+Every thread here is a daemon thread, so the process can always exit. What a read in uninterruptible sleep (D
+state) leaves behind: its thread cannot be killed, not even by SIGKILL, until the driver lets the read return.
+The exporter does not wait for it: shutdown goes on and the interpreter exits, but the kernel keeps the process
+(a zombie whose stuck thread still runs in the driver, with its open files) until that read returns; its
+listening socket is closed explicitly at shutdown so a restart can bind the port again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+Status = Literal["done", "timeout", "stuck", "error"]
+
+
+class NotRegularFile(OSError):
+    """A FIFO, socket or device node where a regular file (a sysfs or procfs attribute) was expected."""
+
+    kind = "not_regular_file"
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes of the regular file ``path`` (one more than ``limit`` says it is larger).
+
+    ``O_NONBLOCK`` makes ``open()`` return at once whatever the path is; ``fstat`` then refuses a directory
+    (``IsADirectoryError``, EISDIR, as a plain read would) and anything else that is not a regular file
+    (``NotRegularFile``). OSError as ``open``/``read`` raise it otherwise.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:  # sysfs gives an attribute in one read; procfs files may take several
+            data = os.read(fd, limit + 1 - size)
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def error_kind(exc: OSError) -> str:
+    """The ``error`` label of a failed read: the errno name (``EIO``, ``EACCES``, ``EISDIR``...), or
+    ``not_regular_file``."""
+    if isinstance(exc, NotRegularFile):
+        return exc.kind
+    return errno.errorcode.get(exc.errno or 0, "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """How one keyed call ended: ``done`` (``value``), ``error`` (it raised ``error``), ``timeout`` (it passed the
+    deadline and was abandoned) or ``stuck`` (not started: the call abandoned earlier has not returned yet)."""
+
+    status: Status
+    value: T | None = None
+    error: BaseException | None = None
+    # for timeout and stuck: how long the abandoned call has been running
+    running_seconds: float = 0.0
+
+
+class _Call(Generic[T]):
+    __slots__ = ("done", "error", "fn", "started", "value")
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.started = time.monotonic()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # reported to the caller, never lost in the thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class DeadlineRunner(Generic[T]):
+    """Keyed calls, each in a daemon thread, waited for up to a deadline; at most one running call per key.
+
+    Not thread-safe: one caller at a time (a source's collect, which the scheduler never runs twice at once).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._running: dict[str, _Call[T]] = {}  # keys whose call was abandoned and has not returned yet
+
+    def stuck(self) -> dict[str, float]:
+        """{key: seconds its abandoned call has been running} for the calls that have not returned yet."""
+        now = time.monotonic()
+        return {k: now - c.started for k, c in self._running.items() if not c.done.is_set()}
+
+    def run(self, calls: Mapping[str, Callable[[], T]], deadline_seconds: float) -> dict[str, Outcome[T]]:
+        """Run every call at once and wait for all of them up to ``deadline_seconds`` in total."""
+        for key in [k for k, c in self._running.items() if c.done.is_set()]:
+            del self._running[key]  # an abandoned call that returned since: its key may run again
+        out: dict[str, Outcome[T]] = {}
+        started: dict[str, _Call[T]] = {}
+        now = time.monotonic()
+        for key, fn in calls.items():
+            old = self._running.get(key)
+            if old is not None:
+                out[key] = Outcome("stuck", running_seconds=now - old.started)
+                continue
+            call = _Call(fn)
+            thread = threading.Thread(target=call, name=f"{self._name}-{key}", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # can't start new thread: the host is out of threads or memory
+                out[key] = Outcome("error", error=exc)
+                continue
+            started[key] = call
+        deadline = now + deadline_seconds
+        for key, call in started.items():
+            if not call.done.wait(max(0.0, deadline - time.monotonic())):
+                self._running[key] = call
+                out[key] = Outcome("timeout", running_seconds=time.monotonic() - call.started)
+            elif call.error is not None:
+                out[key] = Outcome("error", error=call.error)
+            else:
+                out[key] = Outcome("done", value=call.value)
+        return {key: out[key] for key in calls}
