@@ -9,6 +9,7 @@ structlog is first needed (at once if something already imported it, as the test
 from __future__ import annotations
 
 import sys
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any, cast
 
 from exporter import __version__
@@ -41,26 +42,38 @@ def _apply() -> None:
     _pending = None
     import structlog
 
-    renderer: structlog.typing.Processor
+    renderer: list[structlog.typing.Processor]
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(sort_keys=True)
-    elif fmt == "logfmt":
-        renderer = structlog.processors.LogfmtRenderer(sort_keys=True, key_order=["timestamp", "level", "event"])
+        renderer = [structlog.processors.JSONRenderer(sort_keys=True)]
+    elif fmt == "logfmt":  # the Prometheus exporters' keys: ts=... level=info msg=... (go-kit / promlog)
+        renderer = [
+            _promlog_keys,
+            structlog.processors.LogfmtRenderer(sort_keys=True, key_order=["ts", "level", "msg"]),
+        ]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        renderer = [structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            renderer,
+            *renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, LEVELS["info"])),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.bind_contextvars(service="rocm-watchdog", version=__version__)
+
+
+def _promlog_keys(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog's ``timestamp`` and ``event`` under the names node_exporter's logfmt uses: ``ts`` and ``msg``."""
+    if "timestamp" in event:
+        event["ts"] = event.pop("timestamp")
+    if "event" in event:
+        event["msg"] = event.pop("event")
+    return event
 
 
 class _LazyLogger:

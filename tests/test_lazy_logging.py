@@ -48,3 +48,15 @@ def test_debug_level_logs_debug_messages() -> None:
 def test_an_info_message_is_not_lost_at_info_level() -> None:
     records, _ = _run("info", "info", "collected")
     assert [r["event"] for r in records] == ["collected"]
+
+
+def test_logfmt_uses_the_prometheus_exporters_keys() -> None:
+    code = (
+        "from exporter.logging import configure, get_logger\n"
+        "configure('info', 'logfmt')\n"
+        "get_logger('probe').warning('source_failed', source='sysfs')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    line = done.stderr.strip()
+    assert line.startswith("ts=") and " level=warning msg=source_failed " in line, line
+    assert "source=sysfs" in line and "event=" not in line and "timestamp=" not in line
