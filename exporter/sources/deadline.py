@@ -5,11 +5,13 @@ A sick GPU can make a read of one of its sysfs files block for as long as the GP
 the driver (a hung SMU, a reset holding a lock). Nothing can interrupt it from user space, so the only defence
 is not to wait for it:
 
-- ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a daemon thread of its own and waits for all
-  of them together up to a deadline. A call past the deadline is abandoned: its thread is left to finish on its
-  own and is never given other work, and while it is still running no new call for that key is started (the key
-  is reported ``stuck``). So at most one thread per key can be stuck, the threads never grow past the number of
-  keys, and a stuck key never delays the others.
+- ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a worker thread, one after the other, and
+  waits for each up to the deadline. A call past the deadline is abandoned: its worker is left to finish it on
+  its own and is never given other work (the next key goes to a new worker), and while it is still running no
+  new call for that key is started (the key is reported ``stuck``). So at most one thread per key can be stuck,
+  and a stuck key delays the others by one deadline once. One worker reading the GPUs in turn costs what
+  reading them in the caller would; a thread per GPU at once cost three times the CPU (GIL hand-offs between
+  eight threads), which is most of the exporter's idle cost.
 - ``read_regular`` opens with ``O_NONBLOCK`` and refuses anything that is not a regular file: a FIFO or a
   device node in place of a sysfs attribute would otherwise block in ``open()`` or ``read()`` for good. This is
   the cheap first line only: a hung GPU blocks inside ``read()`` of a regular file, and there the deadline is
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import stat
 import threading
 import time
@@ -110,8 +113,28 @@ class _Call(Generic[T]):
             self.done.set()
 
 
+class _Worker(Generic[T]):
+    """A daemon thread that runs the calls put in its queue, until it is abandoned (it exits after its call)."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.SimpleQueue[_Call[T] | None] = queue.SimpleQueue()
+        self.abandoned = False
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            call = self.calls.get()
+            if call is None:
+                return
+            call()
+            if self.abandoned:  # its call passed the deadline: another worker took over
+                return
+
+
 class DeadlineRunner(Generic[T]):
-    """Keyed calls, each in a daemon thread, waited for up to a deadline; at most one running call per key.
+    """Keyed calls, run one after the other by a worker thread, each waited for up to a deadline; at most one
+    running call per key.
 
     Not thread-safe: one caller at a time (a source's collect, which the scheduler never runs twice at once).
     """
@@ -119,6 +142,7 @@ class DeadlineRunner(Generic[T]):
     def __init__(self, name: str) -> None:
         self._name = name
         self._running: dict[str, _Call[T]] = {}  # keys whose call was abandoned and has not returned yet
+        self._worker: _Worker[T] | None = None
 
     def stuck(self) -> dict[str, float]:
         """{key: seconds its abandoned call has been running} for the calls that have not returned yet."""
@@ -126,28 +150,27 @@ class DeadlineRunner(Generic[T]):
         return {k: now - c.started for k, c in self._running.items() if not c.done.is_set()}
 
     def run(self, calls: Mapping[str, Callable[[], T]], deadline_seconds: float) -> dict[str, Outcome[T]]:
-        """Run every call at once and wait for all of them up to ``deadline_seconds`` in total."""
+        """Run the calls in turn, each waited for up to ``deadline_seconds`` from its start."""
         for key in [k for k, c in self._running.items() if c.done.is_set()]:
             del self._running[key]  # an abandoned call that returned since: its key may run again
         out: dict[str, Outcome[T]] = {}
-        started: dict[str, _Call[T]] = {}
-        now = time.monotonic()
         for key, fn in calls.items():
             old = self._running.get(key)
             if old is not None:
-                out[key] = Outcome("stuck", running_seconds=now - old.started)
+                out[key] = Outcome("stuck", running_seconds=time.monotonic() - old.started)
                 continue
-            call = _Call(fn)
-            thread = threading.Thread(target=call, name=f"{self._name}-{key}", daemon=True)
             try:
-                thread.start()
+                worker = self._worker if self._worker is not None else _Worker[T](f"{self._name}-worker")
             except RuntimeError as exc:  # can't start new thread: the host is out of threads or memory
                 out[key] = Outcome("error", error=exc)
                 continue
-            started[key] = call
-        deadline = now + deadline_seconds
-        for key, call in started.items():
-            if not call.done.wait(max(0.0, deadline - time.monotonic())):
+            self._worker = worker
+            call = _Call(fn)
+            worker.calls.put(call)
+            if not call.done.wait(deadline_seconds):
+                worker.abandoned = True  # it is stuck in this call: the next key gets a new worker
+                worker.thread.name = f"{self._name}-{key}"  # named after what it is stuck on (py-spy, tests)
+                self._worker = None
                 self._running[key] = call
                 out[key] = Outcome("timeout", running_seconds=time.monotonic() - call.started)
             elif call.error is not None:
