@@ -2,19 +2,19 @@
 
 The collector's sections (``RocmCollector.sections``) are each built from a few sources' entries. A section is
 rendered again only when one of those entries changed (a new snapshot that is not equal to the last one) or
-crossed its staleness limit, so a scrape between two collections serves bytes: plain text, OpenMetrics, and a
-gzip of each, compressed once per change. Refreshing runs in the collecting thread (the store's listener), so
-the scrape usually finds everything rendered; staleness is checked at every scrape too, so values are
-withdrawn on time without a new collection.
+crossed its staleness limit, so a scrape between two collections serves bytes: plain text or OpenMetrics (each
+rendered once a scrape has asked for it), and a gzip of each, compressed once per change. Refreshing runs in
+the collecting thread (the store's listener), so the scrape usually finds everything rendered; staleness is
+checked at every scrape too, so values are withdrawn on time without a new collection.
 
 The bytes are exactly what ``prometheus_client.generate_latest`` (and its OpenMetrics twin) makes of the whole
 collector: each format renders family by family, so rendering sections and joining them is the same text
 (tests/test_exposition.py compares them for every store the tests build).
 
 Volatile sections (serve's own process and scrape metrics, the Alertmanager push) are built on every scrape and
-served last. So that they do not cost a gzip of the whole body per scrape, the gzip stream is kept compressed up
-to the first volatile section (a zlib compressor paused there) and each scrape copies it and compresses only the
-volatile tail: one gzip member, the same bytes once decompressed.
+served last, and never by a refresh. So that they do not cost a gzip of the whole body per scrape, the gzip
+stream is kept compressed up to the first volatile section (a zlib compressor paused there) and each scrape
+copies it and compresses only the volatile tail: one gzip member, the same bytes once decompressed.
 """
 
 from __future__ import annotations
@@ -53,30 +53,36 @@ def _same(a: object, b: object) -> bool:
 @dataclass(slots=True)
 class _Rendered:
     key: tuple[object, ...]
-    text: bytes
-    openmetrics: bytes  # without the closing "# EOF"
     serial: int  # which rendering this is: a body is keyed by the serials it joins
+    text: bytes | None = None  # each format rendered once asked for (None: not yet)
+    openmetrics: bytes | None = None  # without the closing "# EOF"
+
+    def get(self, openmetrics: bool) -> bytes | None:
+        return self.openmetrics if openmetrics else self.text
 
 
 @dataclass(slots=True)
 class _Body:
     parts: tuple[int, ...]  # serials of the section renderings it joins
-    text: bytes
-    openmetrics: bytes
-    gzip: dict[bool, bytes]
+    raw: bytes
+    gzip: bytes | None = None
     stable: int = -1  # how many of ``parts`` come before the first volatile section (-1: all)
-    text_split: int = 0  # where the volatile tail starts in ``text`` / ``openmetrics``
-    openmetrics_split: int = 0
+    split: int = 0  # where the volatile tail starts in ``raw``
 
 
 class Exposition:
-    """Cached exposition bytes of one collector; ``get`` is all a scrape calls."""
+    """Cached exposition bytes of one collector; ``get`` is all a scrape calls.
+
+    A format is rendered once a scrape has asked for it (plain text until then): Prometheus asks for one format,
+    so the other is never rendered. Volatile sections are rendered by the scrape only, never by ``refresh``.
+    """
 
     def __init__(self, collector: RocmCollector) -> None:
         self._collector = collector
         self._lock = threading.Lock()
         self._rendered: dict[str, _Rendered] = {}
-        self._body: _Body | None = None
+        self._bodies: dict[bool, _Body] = {}  # openmetrics? -> the body last served
+        self._formats: set[bool] = {False}  # openmetrics? of every format a scrape asked for
         self._serial = 0
         # openmetrics? -> (serials of the stable prefix, its gzip bytes so far, the compressor paused after it)
         self._gzip_prefix: dict[bool, tuple[tuple[int, ...], bytes, zlib._Compress]] = {}
@@ -85,57 +91,62 @@ class Exposition:
         """Render everything again at the next scrape: the configuration the sections are built with changed."""
         with self._lock:
             self._rendered.clear()
-            self._body = None
+            self._bodies.clear()
             self._gzip_prefix.clear()
 
     def refresh(self, _source: str | None = None) -> None:
         """Render what changed; a store listener (it runs in the collecting thread, after a source recorded)."""
         with self._lock:
-            self._current()
+            view = self._collector.view()
+            for section in self._collector.sections():
+                if not section.volatile:
+                    for openmetrics in self._formats:
+                        self._section(section, view, openmetrics)
 
     def get(self, openmetrics: bool = False, gzip: bool = False) -> bytes:
         with self._lock:
-            body = self._current()
-            if gzip:
-                packed = body.gzip.get(openmetrics)
-                if packed is None:
-                    packed = body.gzip[openmetrics] = self._gzip(body, openmetrics)
-                return packed
-            return body.openmetrics if openmetrics else body.text
+            self._formats.add(openmetrics)
+            body = self._current(openmetrics)
+            if not gzip:
+                return body.raw
+            if body.gzip is None:
+                body.gzip = self._gzip(body, openmetrics)
+            return body.gzip
 
     def _gzip(self, body: _Body, openmetrics: bool) -> bytes:
-        raw = body.openmetrics if openmetrics else body.text
         if body.stable < 0:  # nothing volatile: the body is compressed once and served until it changes
-            return gzip_module.compress(raw, GZIP_LEVEL, mtime=0)
-        split = body.openmetrics_split if openmetrics else body.text_split
+            return gzip_module.compress(body.raw, GZIP_LEVEL, mtime=0)
         prefix = body.parts[: body.stable]
         cached = self._gzip_prefix.get(openmetrics)
         if cached is None or cached[0] != prefix:
             compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip header, mtime 0
-            cached = self._gzip_prefix[openmetrics] = (prefix, compressor.compress(raw[:split]), compressor)
+            cached = self._gzip_prefix[openmetrics] = (prefix, compressor.compress(body.raw[: body.split]), compressor)
         _, head, paused = cached
         compressor = paused.copy()
-        return head + compressor.compress(raw[split:]) + compressor.flush()
+        return head + compressor.compress(body.raw[body.split :]) + compressor.flush()
 
-    def _current(self) -> _Body:
+    def _current(self, openmetrics: bool) -> _Body:
         view = self._collector.view()
-        rendered: list[_Rendered] = []
-        stable = -1
+        pieces: list[bytes] = []
+        parts: list[int] = []
+        stable, split = -1, 0
         for section in self._collector.sections():
             if section.volatile and stable < 0:
-                stable = len(rendered)
-            rendered.append(self._section(section, view))
-        parts = tuple(r.serial for r in rendered)
-        if self._body is None or self._body.parts != parts:
-            text = b"".join(r.text for r in rendered)
-            om = b"".join(r.openmetrics for r in rendered) + _EOF
-            body = self._body = _Body(parts, text, om, {}, stable)
-            if stable >= 0:
-                body.text_split = sum(len(r.text) for r in rendered[:stable])
-                body.openmetrics_split = sum(len(r.openmetrics) for r in rendered[:stable])
-        return self._body
+                stable, split = len(parts), sum(len(p) for p in pieces)
+            rendered = self._section(section, view, openmetrics)
+            piece = rendered.get(openmetrics)
+            assert piece is not None
+            pieces.append(piece)
+            parts.append(rendered.serial)
+        key = tuple(parts)
+        body = self._bodies.get(openmetrics)
+        if body is None or body.parts != key:
+            raw = b"".join(pieces) + (_EOF if openmetrics else b"")
+            body = self._bodies[openmetrics] = _Body(key, raw, None, stable, split)
+        return body
 
-    def _section(self, section: Section, view: StoreView) -> _Rendered:
+    def _section(self, section: Section, view: StoreView, openmetrics: bool) -> _Rendered:
+        """The section's rendering in the format asked for: the last one while its inputs are unchanged."""
         key = _key(section, view)
         old = self._rendered.get(section.name)
         unchanged = (
@@ -146,14 +157,22 @@ class Exposition:
         )
         if unchanged and old is not None:
             old.key = key  # equal but new objects: compare by identity next time
+            if old.get(openmetrics) is None:  # the first scrape in this format since the section changed
+                self._render(old, section, view, openmetrics)
             return old
-        families = list(section.build(view))
-        om = openmetrics_latest(_Families(families))  # type: ignore[no-untyped-call]
         self._serial += 1
-        text = text_latest(_Families(families))
-        new = _Rendered(key, text, om.removesuffix(_EOF), self._serial)
+        new = _Rendered(key, self._serial)
+        self._render(new, section, view, openmetrics)
         self._rendered[section.name] = new
         return new
+
+    @staticmethod
+    def _render(rendered: _Rendered, section: Section, view: StoreView, openmetrics: bool) -> None:
+        families = _Families(list(section.build(view)))
+        if openmetrics:
+            rendered.openmetrics = openmetrics_latest(families).removesuffix(_EOF)  # type: ignore[no-untyped-call]
+        else:
+            rendered.text = text_latest(families)
 
 
 def _key(section: Section, view: StoreView) -> tuple[object, ...]:
