@@ -1,10 +1,12 @@
 """Generate the Grafana dashboards with grafana-foundation-sdk: ``python dashboards/generate.py`` rewrites
 dashboards/*.json.
 
-Three dashboards, linked from the alerts' ``dashboard_url``: GPUs (state from the tools and sysfs), devices
-(identity, device nodes, drift), kernel (amdgpu/amdkfd events). tests/test_dashboards.py checks that the
-committed JSON is what this script generates, that every query is valid PromQL over exported metrics and
-filters on the dashboard's variables, and that timestamps, bytes and ratios carry their units.
+Three dashboards, linked from the alerts' ``dashboard_url``: GPUs (state from the tools, sysfs and gpu_metrics,
+and the processes on them with their pods), devices (identity, device nodes, drift), kernel (amdgpu/amdkfd events).
+tests/test_dashboards.py checks that the committed JSON is what this script generates, that every query is valid
+PromQL over exported metrics and filters on the dashboard's variables, that timestamps, bytes and ratios carry
+their units, and that every query of the GPU dashboard returns data from promtool's engine over one series of each
+family (so a misspelt label or a join that cannot match fails too).
 
 Variables: ``datasource``, then ``job``, ``cluster``, ``instance`` and ``pci_bus``, each with All = ".*".
 ``cluster`` is a target or external label that many setups do not have: ``cluster=~".*"`` also matches a
@@ -23,7 +25,7 @@ from typing import TypeVar
 
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
@@ -52,7 +54,7 @@ BOARDS = {
 }
 
 Target = tuple[str, str]  # (PromQL, legend)
-P = TypeVar("P", stat.Panel, table.Panel, timeseries.Panel)
+P = TypeVar("P", stat.Panel, statetimeline.Panel, table.Panel, timeseries.Panel)
 RED_FROM_1 = (("green", None), ("red", 1.0))
 
 
@@ -285,6 +287,20 @@ def with_host(expr: str, on: str) -> str:
     return f"{expr} * on(job, instance) group_left(nodename) rocm_watchdog_host_info{{{NODE}}} or on({on}) {expr}"
 
 
+def process_gpu_vram() -> str:
+    """VRAM per process and GPU, with the process's name and, where the exporter placed it in a pod, namespace,
+    pod and container; a process the exporter did not place is kept, without them."""
+    vram = f"rocm_process_gpu_vram_used_bytes{{{GPU}}}"
+    keys = "job, instance, pid, pci_bus"
+    named = (
+        f"({vram} * on(job, instance, pid) group_left(process_name) rocm_process_info{{{NODE}}} or on({keys}) {vram})"
+    )
+    return (
+        f"{named} * on(job, instance, pid) group_left(namespace, pod, container) rocm_process_pod_info{{{NODE}}}"
+        f" or on({keys}) {named}"
+    )
+
+
 def gpus() -> Board:
     b = Board("rocm-watchdog-gpus", "ROCm GPUs", "GPU state from amd-smi / rocm-smi and sysfs, per PCI address.")
     b.row("Overview")
@@ -327,7 +343,7 @@ def gpus() -> Board:
         [(f"rocm_watchdog_source_duration_seconds{{{NODE}}}", "{{instance}} {{source}}")],
         unit="s",
     )
-    b.row("Memory and load")
+    b.row("Memory")
     b.panel(graph(), "VRAM used", [(f"rocm_gpu_vram_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="bytes")
     b.panel(
         ratio(),
@@ -335,14 +351,122 @@ def gpus() -> Board:
         [(f"rocm_gpu_vram_used_bytes{{{GPU}}} / rocm_gpu_vram_total_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")],
         unit="percentunit",
     )
+    b.panel(
+        graph(),
+        "GTT and CPU-visible VRAM used",
+        [
+            (f"rocm_gpu_gtt_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}} GTT"),
+            (f"rocm_gpu_visible_vram_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}} visible VRAM"),
+        ],
+        unit="bytes",
+        description="GTT: system memory mapped for the GPU. CPU-visible VRAM: the part of VRAM the PCI BAR maps.",
+    )
+    b.panel(
+        ratio(),
+        "GTT and CPU-visible VRAM used ratio",
+        [
+            (f"rocm_gpu_gtt_used_bytes{{{GPU}}} / rocm_gpu_gtt_total_bytes{{{GPU}}}", "{{instance}} {{pci_bus}} GTT"),
+            (
+                f"rocm_gpu_visible_vram_used_bytes{{{GPU}}} / rocm_gpu_visible_vram_total_bytes{{{GPU}}}",
+                "{{instance}} {{pci_bus}} visible VRAM",
+            ),
+        ],
+        unit="percentunit",
+    )
+    b.row("Activity and clocks")
     b.panel(ratio(), "Busy", [(f"rocm_gpu_busy_ratio{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="percentunit")
+    b.panel(
+        ratio(),
+        "Memory controller busy",
+        [(f"rocm_gpu_memory_busy_ratio{{{GPU}}}", "{{instance}} {{pci_bus}}")],
+        unit="percentunit",
+    )
+    b.panel(
+        ratio(),
+        "Engine and XCC activity",
+        [
+            (f"rocm_gpu_engine_activity_ratio{{{GPU}}}", "{{instance}} {{pci_bus}} {{engine}}"),
+            (f"rocm_gpu_xcc_busy_ratio{{{GPU}}}", "{{instance}} {{pci_bus}} XCC {{xcc}}"),
+        ],
+        unit="percentunit",
+        description="From gpu_metrics: media engines (mm, vcn, jpeg) and each XCC of a GPU or partition.",
+    )
+    b.panel(
+        graph(),
+        "Clocks",
+        [(f"rocm_gpu_clock_hertz{{{GPU}}}", "{{instance}} {{pci_bus}} {{domain}}")],
+        unit="hertz",
+        description="Current clock per domain: sclk (graphics), mclk (memory), fclk, socclk, vclk/dclk (media).",
+    )
+    b.row("Power and thermal")
+    b.panel(
+        graph(),
+        "Power and power cap",
+        [
+            (f"rocm_gpu_power_watts{{{GPU}}}", "{{instance}} {{pci_bus}}"),
+            (f"rocm_gpu_power_cap_watts{{{GPU}}}", "{{instance}} {{pci_bus}} cap"),
+        ],
+        unit="watt",
+    )
+    b.panel(
+        graph(),
+        "Energy rate",
+        [(f"rate(rocm_gpu_energy_joules_total{{{GPU}}}[$__rate_interval])", "{{instance}} {{pci_bus}}")],
+        unit="watt",
+        description="Average power over the interval from the gpu_metrics energy counter (joules per second).",
+    )
     b.panel(
         graph(),
         "Temperature",
         [(f"rocm_gpu_temperature_celsius{{{GPU}}}", "{{instance}} {{pci_bus}} {{sensor}}")],
         unit="celsius",
     )
-    b.panel(graph(), "Power", [(f"rocm_gpu_power_watts{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="watt")
+    b.panel(
+        graph(),
+        "Fan",
+        [
+            (f"rocm_gpu_fan_speed_rpm{{{GPU}}}", "{{instance}} {{pci_bus}} speed"),
+            (f"rocm_gpu_fan_pwm_ratio{{{GPU}}}", "{{instance}} {{pci_bus}} PWM"),
+        ],
+        units=(("A", "rotrpm"), ("B", "percentunit")),
+        description="Passively cooled parts (OAM modules such as the MI300X) have no fan of their own.",
+    )
+    b.panel(
+        graph(),
+        "Voltages",
+        [(f"rocm_gpu_voltage_volts{{{GPU}}}", "{{instance}} {{pci_bus}} {{sensor}}")],
+        unit="volt",
+    )
+    b.panel(
+        statetimeline.Panel()
+        .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.THRESHOLDS))
+        .show_value(common.VisibilityMode.NEVER),
+        "Throttling",
+        [
+            (f"rocm_gpu_throttled{{{GPU}}}", "{{instance}} {{pci_bus}} any"),
+            (f"rocm_gpu_throttle_active{{{GPU}}}", "{{instance}} {{pci_bus}} {{reason}}"),
+        ],
+        thresholds=RED_FROM_1,
+        description="From gpu_metrics: whether the SMU throttles the GPU, and each active throttler by the "
+        "kernel's name (PPT, TEMP_HOTSPOT, PROCHOT...); an inactive reason has no series.",
+    )
+    b.panel(
+        ratio(),
+        "Time throttled per reason",
+        [
+            (
+                f"increase(rocm_gpu_throttle_residency_ticks_total{{{GPU}}}[$__rate_interval])"
+                " / ignoring(reason) group_left "
+                f"increase(rocm_gpu_accumulation_ticks_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{reason}}",
+            )
+        ],
+        unit="percentunit",
+        w=24,
+        description="From gpu_metrics (v1.6+, MI300): residency ticks of each throttler over the ticks of the "
+        "SMU's accumulation counter in the interval.",
+    )
+    b.row("PCIe and XGMI")
     b.panel(
         graph(),
         "PCIe link",
@@ -352,6 +476,49 @@ def gpus() -> Board:
         ],
         units=(("A", "suffix: GT/s"), ("B", "suffix: lanes")),
         description="A link that trained below its maximum speed or width is a common hardware fault.",
+    )
+    b.panel(
+        graph(),
+        "PCIe replays (per interval)",
+        [(f"increase(rocm_gpu_pcie_replays_total{{{GPU}}}[$__rate_interval])", "{{instance}} {{pci_bus}}")],
+        description="Retransmissions after a NAK or timeout: a steady rate points at a marginal link or riser.",
+    )
+    b.panel(
+        graph(),
+        "PCIe bandwidth",
+        [(f"rocm_gpu_pcie_bandwidth_bytes_per_second{{{GPU}}}", "{{instance}} {{pci_bus}}")],
+        unit="Bps",
+        description="From gpu_metrics: the SMU's instantaneous PCIe bandwidth.",
+    )
+    b.panel(
+        graph(),
+        "XGMI traffic",
+        [
+            (
+                f"rate(rocm_gpu_xgmi_read_bytes_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{link}} read",
+            ),
+            (
+                f"rate(rocm_gpu_xgmi_write_bytes_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} {{link}} write",
+            ),
+        ],
+        unit="Bps",
+        description="From gpu_metrics: bytes read and written per XGMI link, per second.",
+    )
+    b.row("Memory health and partitions")
+    b.panel(
+        graph(),
+        "Bad VRAM pages",
+        [(f"rocm_gpu_vram_bad_pages{{{GPU}}}", "{{instance}} {{pci_bus}} {{status}}")],
+        description="The driver's bad-page list: retired pages are never used again, pending ones are retired at "
+        "the next chance, failed ones could not be. A growing count is a GPU to replace (docs/runbooks.md).",
+    )
+    b.panel(
+        table.Panel(),
+        "Partition modes",
+        [(f"rocm_gpu_partition_mode_info{{{GPU}}}", "")],
+        description="Compute (SPX..CPX) and memory (NPS1..NPS8) partition mode of each partitionable GPU.",
     )
     b.row("Processes")
     b.panel(
@@ -366,6 +533,27 @@ def gpus() -> Board:
         ],
         unit="bytes",
         w=24,
+    )
+    b.panel(
+        table.Panel(),
+        "VRAM per process and GPU, with its pod",
+        [(process_gpu_vram(), "")],
+        unit="bytes",
+        w=24,
+        description="The processes of the table above, per GPU they hold VRAM on; namespace, pod and container "
+        "where the exporter placed the process in a pod (--collector.kubernetes), else empty.",
+    )
+    b.panel(
+        table.Panel(),
+        "GPUs allocated to pods",
+        [(f"rocm_gpu_pod_info{{{GPU}}}", "")],
+        description="The kubelet's allocations of GPUs and partitions to containers (--collector.kubernetes).",
+    )
+    b.panel(
+        table.Panel(),
+        "Slurm jobs of GPU processes",
+        [(f"rocm_process_slurm_job_info{{{NODE}}}", "")],
+        description="The Slurm job and step of the processes of the tables above, from their cgroups.",
     )
     b.row("Topology")
     b.panel(

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
 from exporter.exitcodes import ExitCode
 from exporter.logging import configure, default_format, get_logger
+from exporter.metrics import groups as metric_groups
 from exporter.yamlfile import safe_load
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def _telemetry_path(value: Any) -> str:
     return path
 
 
-_REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label"})
+_REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable-only"})
+_METAVARS = {"metrics.disable": "GROUP[,GROUP...]", "metrics.enable-only": "GROUP[,GROUP...]"}
 # flags without a value, as in node_exporter
 _SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics"})
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
@@ -172,6 +174,11 @@ _HELP = {
     "alertmanager.timeout": "timeout of one push request [10s]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
+    "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
+    f"gpu.* group): {', '.join(metric_groups.SWITCHABLE)}; docs/metrics.md lists their families [none]",
+    "metrics.enable-only": "export only these metric groups, core, and the groups the alert rules read ("
+    + ", ".join(n for n, g in metric_groups.GROUPS.items() if g.alerting and g.switchable)
+    + ") unless --metrics.disable names those [every group]",
 }
 BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
 
@@ -214,6 +221,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "json": frozenset({"check"}),
     "log.level": _STATE,
     "log.format": _STATE,
+    "metrics.disable": _COLLECT,
+    "metrics.enable-only": _COLLECT,
     **{f"collector.{s}": _COLLECT for s in SOURCE_NAMES},
     **{f"collector.{s}.interval": _SERVE for s in SOURCE_NAMES},  # once runs each source once
 }
@@ -278,7 +287,8 @@ def _add_config_flags(p: argparse.ArgumentParser, commands: frozenset[str]) -> N
         if not _APPLIES[flag] & commands:
             continue
         action = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
-        p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text)
+        extra: dict[str, Any] = {"metavar": _METAVARS[flag]} if flag in _METAVARS else {}
+        p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text, **extra)
     for source in SOURCE_NAMES:
         if _APPLIES[f"collector.{source}"] & commands:
             p.add_argument(
@@ -440,6 +450,7 @@ def load_config(args: argparse.Namespace, check_files: bool = True) -> tuple[Con
                 problems.append(f"{where(f'collector.{source}.interval')}: {exc}")
     fields["collectors"] = collectors
     fields["intervals_seconds"] = intervals
+    fields["metric_groups_disabled"] = _metric_groups(values, where, problems)
     if fields.get("smi_backend", "auto") not in BACKENDS:
         problems.append(f"{where('smi.backend')}: expected one of {', '.join(BACKENDS)}, got {fields['smi_backend']!r}")
     if fields.get("top_processes", 20) < 0:
@@ -466,6 +477,52 @@ def load_config(args: argparse.Namespace, check_files: bool = True) -> tuple[Con
     if problems:
         raise ConfigError(problems)
     return config, ignored
+
+
+def _group_names(value: Any) -> list[str]:
+    """Group selectors from flags (each comma-separated) or a config file (a list, or one comma-separated string)."""
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"expected metric group names (a list, or comma-separated), got {item!r}")
+        out += [name.strip() for name in item.split(",") if name.strip()]
+    return out
+
+
+def _metric_groups(values: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> frozenset[str]:
+    """The metric groups --metrics.disable and --metrics.enable-only leave out; their problems into ``problems``:
+    unknown groups (with what was probably meant), core (never off), an enable-only group disabled too."""
+    valid = metric_groups.selectors()
+    chosen: dict[str, list[str] | None] = {"metrics.disable": None, "metrics.enable-only": None}
+    for flag in chosen:
+        if flag not in values:
+            continue
+        try:
+            given = _group_names(values[flag])
+        except ValueError as exc:
+            problems.append(f"{where(flag)}: {exc}")
+            given = []
+        chosen[flag] = kept = []
+        for name in given:
+            if name == metric_groups.CORE:
+                if flag == "metrics.disable":
+                    problems.append(
+                        f"{where(flag)}: {name!r} cannot be disabled: the exporter's health and the device-watchdog "
+                        "conditions the alerts read are always exported"
+                    )
+            elif name not in valid:
+                close = suggest(name, valid)
+                hint = f"did you mean {close!r}?" if close else f"groups: {', '.join(metric_groups.SWITCHABLE)}"
+                problems.append(f"{where(flag)}: unknown metric group {name!r} ({hint})")
+            else:
+                kept.append(name)
+    disable, enable_only = chosen["metrics.disable"] or [], chosen["metrics.enable-only"]
+    off = metric_groups.disabled_groups(disable)
+    for name in enable_only or ():
+        if set(metric_groups.expand(name)) <= off:
+            problems.append(f"{where('metrics.enable-only')}: {name!r} is disabled by --metrics.disable too")
+    return metric_groups.disabled_groups(disable, enable_only)
 
 
 def file_problems(config: Config, command: str) -> list[str]:
@@ -963,6 +1020,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     from exporter.metrics.selfmetrics import ExporterMetrics
     from exporter.reload import Reloader, Running, rules_digest
     from exporter.server.listen import SystemdSocketError
+    from exporter.server.stats import ServerStats
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     try:
@@ -974,8 +1032,12 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     except ConfigError as exc:
         return _fail_config(exc.problems, "serve")
     exporter_metrics = ExporterMetrics()
+    http_stats = ServerStats()  # the HTTP server counts its clients there, the rocm_watchdog_http_* series read it
     collector = RocmCollector(
-        scheduler.store, config, exporter_metrics=None if config.web_disable_exporter_metrics else exporter_metrics
+        scheduler.store,
+        config,
+        exporter_metrics=None if config.web_disable_exporter_metrics else exporter_metrics,
+        http=http_stats.view,
     )
     # Render on change, serve bytes: sections are rendered in the collecting thread when a source records.
     exposition = Exposition(collector)
@@ -990,7 +1052,9 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     limits = Limits(max_requests=config.web_max_requests, limited_paths=frozenset({config.web_telemetry_path}))
     app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe)
     try:
-        server = serve(config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket)
+        server = serve(
+            config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket, stats=http_stats
+        )
     except SystemdSocketError as exc:
         return _fail_config([f"--web.systemd-socket: {exc}"], "serve")
     except (OSError, ValueError) as exc:

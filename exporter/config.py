@@ -48,6 +48,8 @@ class Config:
     )
     intervals_seconds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
     top_processes: int = 20
+    # --metrics.disable / --metrics.enable-only, resolved: the metric groups not exported (exporter.metrics.groups)
+    metric_groups_disabled: frozenset[str] = frozenset()
     # --collector.kubernetes: the kubelet's pod-resources socket (not under --path.rootfs: mount it where it is)
     kubernetes_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     kubernetes_timeout_seconds: float = 2.0  # deadline of one pod-resources List call

@@ -22,6 +22,7 @@ from exporter import __version__
 from exporter.server.auth import BasicAuth
 from exporter.server.core import HttpServer, Limits, Request, Response
 from exporter.server.listen import bind_listener, effective_backlog, parse_listen_address, systemd_listeners
+from exporter.server.stats import ServerStats
 from exporter.webconfig import CertificateReloader, WebConfig
 
 __all__ = [
@@ -136,10 +137,12 @@ def serve(
     *,
     limits: Limits | None = None,
     systemd_socket: bool = False,
+    stats: ServerStats | None = None,
 ) -> HttpServer:
     """Listen (on ``address``, or on the sockets systemd passed) and serve in a daemon thread; returns the
     running server (``server_port``, ``shutdown()``). OSError / ValueError / SystemdSocketError when it cannot
-    listen."""
+    listen. ``stats``: where the server counts its clients, for the ``rocm_watchdog_http_*`` metrics (made by the
+    server when None)."""
     limits = limits or Limits()
     listeners = systemd_listeners() if systemd_socket else [bind_listener(address, effective_backlog(limits.backlog))]
     server = HttpServer(
@@ -150,6 +153,7 @@ def serve(
         limits=limits,
         on_accept=CertificateReloader(web) if web.ssl_context is not None else None,
         extra_headers=web.headers,
+        stats=stats,
     )
     return server.start()
 

@@ -10,7 +10,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.model.gpu import GpuIdentity, GpuTelemetry, RasCount, SysfsReadErrors, SysfsSnapshot
+from exporter.model.gpu import (
+    GpuIdentity,
+    GpuMetricsReading,
+    GpuTelemetry,
+    RasCount,
+    SysfsReadErrors,
+    SysfsSnapshot,
+    XcpActivity,
+)
 from exporter.model.smi import SmiGpu, SmiReport
 from exporter.parsers.common import normalize_bdf, parse_int
 from exporter.store import StoreView
@@ -46,6 +54,8 @@ class GpuView:
     compute_partition: str | None = None
     memory_partition: str | None = None
     telemetry: GpuTelemetry = field(default_factory=GpuTelemetry)  # sysfs only; partitions have none of their own
+    gpu_metrics: GpuMetricsReading | None = None  # the PCI function's gpu_metrics table (sysfs only)
+    xcp: XcpActivity | None = None  # the GPU's or partition's XCP activity from its physical GPU's table
     sysfs_read: str | None = None  # GpuIdentity.sysfs_read: ok, timeout, error; None when sysfs did not read it
     sysfs_read_errors: tuple[SysfsReadErrors, ...] = ()  # the sysfs source's counts for this GPU's files
 
@@ -92,6 +102,8 @@ def _from_sysfs(gpu: GpuIdentity, driver_version: str | None, errors: tuple[Sysf
         compute_partition=gpu.compute_partition if gpu.partition_device is None else None,
         memory_partition=gpu.memory_partition if gpu.partition_device is None else None,
         telemetry=gpu.telemetry,
+        gpu_metrics=gpu.gpu_metrics,
+        xcp=gpu.xcp,
         sysfs_read=gpu.sysfs_read,
         sysfs_read_errors=errors,
     )
@@ -126,6 +138,8 @@ def _fill(view: GpuView, smi: SmiGpu) -> GpuView:
         compute_partition=view.compute_partition,
         memory_partition=view.memory_partition,
         telemetry=view.telemetry,
+        gpu_metrics=view.gpu_metrics,
+        xcp=view.xcp,
         sysfs_read=view.sysfs_read,
         sysfs_read_errors=view.sysfs_read_errors,
     )

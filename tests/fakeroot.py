@@ -50,9 +50,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_metrics_builder import pack_table
 from paths import FIXTURES
 
 from exporter.config import Config
+from exporter.model.gpu_metrics import FieldValue
+from exporter.parsers.gpu_metrics.layouts import ALL_LAYOUTS
 
 DRM_MAJOR = 226
 
@@ -188,6 +191,8 @@ class FakeGpu:
     # ``ras/gpu_vram_bad_pages``), ``hwmon_files`` in its hwmonN directory (``fan1_input``, ``freq1_label``).
     files: dict[str, str] = field(default_factory=dict)
     hwmon_files: dict[str, str] = field(default_factory=dict)
+    # The binary ``gpu_metrics`` table of the PCI function (``gpu_metrics_file``, or a real capture); None: no file.
+    gpu_metrics: bytes | None = None
 
 
 @dataclass
@@ -709,6 +714,8 @@ def _build_sys(root: FakeRoot) -> None:
                     _write(pci / "ras" / f"{block}_err_count", text)
         for fname, text in gpu.files.items():
             _write(pci / fname, text)
+        if gpu.gpu_metrics is not None and "gpu_metrics" not in gpu.omit:
+            (pci / "gpu_metrics").write_bytes(gpu.gpu_metrics)
         for fname in gpu.unreadable:
             target = pci / fname
             if target.exists():
@@ -1032,6 +1039,198 @@ def mi300x_gpu(
         "memory_partition": "NPS1",
         "files": files,
         "hwmon_files": hwmon,
+    }
+    spec.update(kw)
+    return FakeGpu(bdf, card=card, render=render, kfd_node=kfd_node, **spec)  # type: ignore[arg-type]
+
+
+# ---- gpu_metrics tables (issue 10 item 2) ----------------------------------------------------------------------
+# Tables built member by member at the kernel structs' offsets (tests/gpu_metrics_builder.py); every member not
+# given is all ones, "not available", as the kernel leaves a field the firmware does not fill. Values are plausible
+# for the part, distinct per GPU, not a capture.
+
+GPU_METRICS_CAPTURES = Path(__file__).parent / "fixtures" / "gpu_metrics"
+_LAYOUTS = {layout.name: layout for layout in ALL_LAYOUTS}
+
+
+def gpu_metrics_file(layout: str, fields: dict[str, FieldValue], size: int | None = None) -> bytes:
+    """The bytes of a ``gpu_metrics`` file of struct ``layout`` (``gpu_metrics_v1_8``) with ``fields`` set."""
+    return pack_table(_LAYOUTS[layout], fields, size=size)
+
+
+MI300X_XCCS = 8  # compute dies (XCCs) of an MI300X, split evenly among its partitions
+MI300X_PARTITIONS = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
+
+
+def mi300x_metrics_fields(seed: int, partitions: int = 1) -> dict[str, FieldValue]:
+    """gpu_metrics v1.8 fields of an MI300X (smu_v13_0_6) with ``partitions`` XCPs, distinct per ``seed``: each
+    XCP has its share of the 8 XCCs, one VCN and 4 JPEG engines (the rest not available), and XGMI links 0-6 up
+    with link 7 not available."""
+    xccs = MI300X_XCCS // partitions
+    xcp_stats: list[FieldValue] = []
+    for k in range(partitions):
+        base = 10 * seed + k
+        xcp_stats.append(
+            {
+                "gfx_busy_inst": [(base + 7 * j) % 101 for j in range(xccs)],
+                "jpeg_busy": [(base + j) % 50 for j in range(4)],
+                "vcn_busy": [(3 * base) % 97],
+                "gfx_busy_acc": [1_000_000 * base + j for j in range(xccs)],
+                "gfx_below_host_limit_ppt_acc": [100 * base + j for j in range(xccs)],
+                "gfx_below_host_limit_thm_acc": [200 * base + j for j in range(xccs)],
+                "gfx_low_utilization_acc": [300 * base + j for j in range(xccs)],
+                "gfx_below_host_limit_total_acc": [400 * base + j for j in range(xccs)],
+            }
+        )
+    return {
+        "temperature_hotspot": 40 + seed,
+        "temperature_mem": 35 + seed,
+        "temperature_vrsoc": 30 + seed,
+        "curr_socket_power": 170 + seed,
+        "average_gfx_activity": 11 + seed,
+        "average_umc_activity": 21 + seed,
+        "mem_max_bandwidth": 5300,
+        "energy_accumulator": 0x1_2345_6789 + seed * 0x10000,
+        "system_clock_counter": 1_700_000_000_000 + seed,
+        "accumulation_counter": 500_000 + seed,
+        "prochot_residency_acc": 1 + seed,
+        "ppt_residency_acc": 4000 + seed,
+        "socket_thm_residency_acc": 30 + seed,
+        "vr_thm_residency_acc": 0,
+        "hbm_thm_residency_acc": 2 + seed,
+        "gfxclk_lock_status": 0,
+        "pcie_link_width": 16,
+        "pcie_link_speed": 320,
+        "xgmi_link_width": 16,
+        "xgmi_link_speed": 32,
+        "gfx_activity_acc": 123_456 + seed,
+        "mem_activity_acc": 654_321 + seed,
+        "pcie_bandwidth_acc": 9_999_999 + seed,
+        "pcie_bandwidth_inst": 3 + seed,
+        "pcie_l0_to_recov_count_acc": 5 + seed,
+        "pcie_replay_count_acc": 40 + seed,
+        "pcie_replay_rover_count_acc": seed,
+        "pcie_nak_sent_count_acc": 6 + seed,
+        "pcie_nak_rcvd_count_acc": 7 + seed,
+        "xgmi_read_data_acc": [1_000_000 * (seed + 1) + link for link in range(7)],
+        "xgmi_write_data_acc": [2_000_000 * (seed + 1) + link for link in range(7)],
+        "xgmi_link_status": [1, 1, 1, 1, 1, 1, 0 if seed % 2 else 1, 2],
+        "firmware_timestamp": 1_000_000 + seed,
+        "current_gfxclk": [132 + seed] * MI300X_XCCS,
+        "current_socclk": [1200] * 4,
+        "current_vclk0": [914] * 4,
+        "current_dclk0": [711] * 4,
+        "current_uclk": 1300,
+        "num_partition": partitions,
+        "xcp_stats": xcp_stats,
+        "pcie_lc_perf_other_end_recovery": 8 + seed,
+    }
+
+
+def mi300x_node(
+    base: Path,
+    modes: tuple[str, ...] = ("CPX", "DPX", "SPX", "SPX", "SPX", "SPX", "SPX", "SPX"),
+    *,
+    gpu_metrics: bool = True,
+    name: str = "mi300x-node",
+    **kw: object,
+) -> FakeRoot:
+    """An 8x MI300X node (``mi300x_gpu`` each), GPU i in compute mode ``modes[i]`` with its partitions 1..n-1 as
+    amdgpu_xcp devices KFD lists, and (``gpu_metrics``) a v1.8 table ``mi300x_metrics_fields(i, n)`` on each PCI
+    function. Cards, render minors, KFD nodes (after 2 CPU nodes) and amdgpu_xcp numbers follow probe order.
+    ``kw`` goes to ``mi300x_gpu`` for every GPU."""
+    gpus: list[FakeGpu] = []
+    minor = 0  # card1/renderD128 for the first DRM device
+    kfd_node = 2
+    xcp = 0
+    for i, mode in enumerate(modes):
+        bdf = f"0000:{0x05 + 0x10 * i:02x}:00.0"
+        n = MI300X_PARTITIONS[mode]
+        parts: list[FakeXcp] = []
+        gpu_minor, gpu_node = minor, kfd_node
+        for index in range(1, n):
+            parts.append(FakeXcp(xcp=xcp, index=index, card=2 + minor + index - 1, render=129 + minor + index - 1,
+                                 kfd_node=kfd_node + index))  # fmt: skip
+            xcp += 1
+        spec: dict[str, object] = {
+            "compute_partition": mode,
+            "memory_partition": "NPS1",
+            "unique_id": 0x4D49_3330_0000 + i,
+            "numa_node": i // 4,
+            "partitions": tuple(parts),
+            **kw,
+        }
+        if gpu_metrics:
+            spec["gpu_metrics"] = gpu_metrics_file("gpu_metrics_v1_8", mi300x_metrics_fields(i, n))
+        gpus.append(mi300x_gpu(bdf, card=1 + gpu_minor, render=128 + gpu_minor, kfd_node=gpu_node, **spec))
+        minor += n
+        kfd_node += n
+    return build_root(base, gpus, cpu_nodes=2, name=name)
+
+
+def radeon_metrics_fields() -> dict[str, FieldValue]:
+    """gpu_metrics v1.3 fields of the ``radeon_gpu`` RX 7900 XTX (smu_v13_0_0 fills v1.3): PPT0 and TEMP_HOTSPOT
+    throttling, one VCN pair, no HBM."""
+    return {
+        "temperature_edge": 45,
+        "temperature_hotspot": 52,
+        "temperature_mem": 60,
+        "temperature_vrgfx": 48,
+        "temperature_vrsoc": 47,
+        "temperature_vrmem": 50,
+        "average_gfx_activity": 3,
+        "average_umc_activity": 7,
+        "average_mm_activity": 2,
+        "average_socket_power": 38,
+        "energy_accumulator": 0x7_0000_1234,
+        "system_clock_counter": 987_654_321_000,
+        "average_gfxclk_frequency": 1790,
+        "average_socclk_frequency": 1200,
+        "average_uclk_frequency": 1249,
+        "average_vclk0_frequency": 29,
+        "average_dclk0_frequency": 29,
+        "current_gfxclk": 1825,
+        "current_socclk": 1200,
+        "current_uclk": 1249,
+        "current_vclk0": 29,
+        "current_dclk0": 25,
+        "throttle_status": 0x11,
+        "current_fan_speed": 1187,
+        "pcie_link_width": 16,
+        "pcie_link_speed": 160,
+        "gfx_activity_acc": 5_000_000,
+        "mem_activity_acc": 9_000_000,
+        "firmware_timestamp": 0x1234_5678,
+        "voltage_soc": 900,
+        "voltage_gfx": 812,
+        "voltage_mem": 1250,
+        "indep_throttle_status": 1 << 0 | 1 << 36,  # PPT0, TEMP_HOTSPOT
+    }
+
+
+def mi100_gpu(
+    bdf: str = "0000:43:00.0", card: int = 1, render: int = 128, kfd_node: int | None = 1, **kw: object
+) -> FakeGpu:
+    """An Instinct MI100 (Arcturus, 0x738c) carrying the real v1.3 capture ``mi100_arcturus_v1_3_a.bin``
+    (tests/fixtures/gpu_metrics) as its gpu_metrics: hwmon edge/junction/mem and power1_average, pp_dpm tables for
+    sclk, mclk, socclk and fclk, no vclk/dclk table, no partitions."""
+    files = {
+        "pp_dpm_sclk": "0: 300Mhz *\n1: 1502Mhz \n",
+        "pp_dpm_mclk": "0: 1200Mhz *\n",
+        "pp_dpm_socclk": "0: 1000Mhz *\n1: 1090Mhz \n",
+        "pp_dpm_fclk": "0: 1402Mhz *\n",
+        "mem_busy_percent": "0\n",
+    }
+    spec: dict[str, object] = {
+        "device_id": 0x738C,
+        "product_name": "AMD Instinct MI100",
+        "vbios": "113-D3430401-100",
+        "vram_total": 34_342_961_152,
+        "temps_millidegrees": (("edge", 45000), ("junction", 49000), ("mem", 45000)),
+        "power_microwatts": 36_000_000,
+        "power_file": "power1_average",
+        "files": files,
+        "gpu_metrics": (GPU_METRICS_CAPTURES / "mi100_arcturus_v1_3_a.bin").read_bytes(),
     }
     spec.update(kw)
     return FakeGpu(bdf, card=card, render=render, kfd_node=kfd_node, **spec)  # type: ignore[arg-type]

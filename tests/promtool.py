@@ -17,7 +17,9 @@ VOLATILE = re.compile(
     r"|rocm_kernel_event_last_timestamp_seconds|rocm_baseline_timestamp_seconds"
     r"|rocm_device_condition_since_timestamp_seconds"
     # serve's own process_*, python_* and scrape-duration series (exporter/metrics/selfmetrics.py)
-    r"|process_[a-z_]+|python_gc_[a-z_]+|rocm_watchdog_scrape_duration_seconds_(?:count|sum))(\{[^}]*\})? .*$"
+    r"|process_[a-z_]+|python_gc_[a-z_]+|rocm_watchdog_scrape_duration_seconds_(?:count|sum)"
+    # the HTTP server's own counters (exporter/server/stats.py): how many scrapes it took to get ready
+    r"|rocm_watchdog_http_[a-z_]+)(\{[^}]*\})? .*$"
 )
 # Samples whose labels depend on the build or the machine: the git revision and branch, the Python version.
 VOLATILE_LABELS = re.compile(r"^(rocm_watchdog_build_info|python_info)\{[^}]*\}( .*)$")

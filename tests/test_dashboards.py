@@ -231,3 +231,58 @@ def test_alert_dashboard_links_resolve_and_layout_is_sane() -> None:
             area = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
             assert not area & cells, f"{name}: {panel['title']} overlaps another panel"
             cells |= area
+
+
+# One series per family for the query test below: every label a fixed value, the same in every family, so joins
+# on pid, pci_bus or peer_pci_bus match. Gauges are 1, counters climb.
+LABEL_VALUES = {"pci_bus": "0000:05:00.0", "peer_pci_bus": "0000:26:00.0", "pid": "4242", "source": "sysfs"}
+
+
+def one_series_per_family() -> list[dict[str, str]]:
+    series = []
+    for spec in SPECS.values():
+        if spec.kind == "summary":
+            continue
+        labels = {"job": "rocm-watchdog", "instance": "node-1:9862"}
+        labels |= {label: LABEL_VALUES.get(label, f"{label}-1") for label in spec.labels}
+        selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        series.append(
+            {"series": f"{spec.name}{{{selector}}}", "values": "0+60x40" if spec.kind == "counter" else "1x40"}
+        )
+    return series
+
+
+def test_every_gpu_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path) -> None:
+    """Each query of the GPU dashboard, run by promtool's PromQL engine over one series of every family the
+    exporter declares, gives a result: the names, labels and joins fit what the exporter exports (a query over
+    a misspelt label or a join on a label one side lacks would be valid PromQL and always empty)."""
+    board = boards()["rocm-watchdog-gpus.json"]
+    tests: list[dict[str, object]] = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            promql = target["expr"].replace("$__rate_interval", "5m").replace("$__range", "6h")
+            for var in VARIABLES[1:]:
+                promql = promql.replace(f"${var}", ".*")
+            # absent() of an empty result is 1; of a result, nothing: expect nothing
+            tests.append({"expr": f"absent({promql})", "eval_time": "30m", "exp_samples": []})
+            if panel["title"] == "VRAM per process and GPU, with its pod":
+                # the join gives the process its name and its pod, namespace and container
+                joined = 'instance="node-1:9862",job="rocm-watchdog",pci_bus="0000:05:00.0",pid="4242"'
+                joined += ',container="container-1",namespace="namespace-1",pod="pod-1",process_name="process_name-1"'
+                tests.append(
+                    {"expr": promql, "eval_time": "30m", "exp_samples": [{"labels": f"{{{joined}}}", "value": 1}]}
+                )
+    assert len(tests) > 30
+    unit = tmp_path / "queries.test.yml"
+    unit.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": one_series_per_family(), "promql_expr_test": tests}],
+            },
+            width=1000,
+        )
+    )
+    proc = subprocess.run([promtool(), "test", "rules", str(unit)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import struct
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpu_metrics_builder import build_table, member_paths, pack_table, struct_offsets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +51,6 @@ from exporter.parsers.gpu_metrics.layouts import (
     HEADER_FIELDS,
     LAYOUTS,
     Layout,
-    Member,
     StructType,
 )
 from exporter.parsers.gpu_metrics.throttle import THROTTLER_BITS, throttle_reasons
@@ -950,19 +949,6 @@ def _compile_and_run(tmp: Path, name: str, source: str) -> bytes:
     return subprocess.run([str(exe)], check=True, capture_output=True, timeout=60).stdout
 
 
-def _c_member_paths(layout: Layout) -> Iterator[str]:
-    for slot in layout.slots:
-        m = slot.member
-        if m.name in HEADER_FIELDS:
-            yield f"common_header.{m.name}"
-        elif isinstance(m.ctype, StructType):
-            for k in range(m.count or 1):
-                for inner in m.ctype.members:
-                    yield f"{m.name}[{k}].{inner.name}"
-        else:
-            yield m.name
-
-
 @pytest.fixture(scope="module")
 def gcc_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[int, int]]:
     """(struct, member path) -> (offset, size) as gcc lays out the kernel structs; (struct, "") -> sizeof."""
@@ -973,7 +959,7 @@ def gcc_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str]
     lines.append("int main(void) {")
     for layout in ALL_LAYOUTS:
         lines.append(f'printf("{layout.name} - 0 %zu\\n", sizeof(struct {layout.name}));')
-        lines.extend(f"M({layout.name}, {path})" for path in _c_member_paths(layout))
+        lines.extend(f"M({layout.name}, {path})" for path in member_paths(layout))
     lines.append("return 0; }")
     out = _compile_and_run(tmp_path_factory.mktemp("gcc"), "layout", "\n".join(lines)).decode()
     table: dict[tuple[str, str], tuple[int, int]] = {}
@@ -1012,6 +998,15 @@ def test_layout_is_the_kernel_struct_compiled_by_gcc(
         assert (slot.offset, m.size) == gcc_layout[(layout.name, path)], m.name
 
 
+@pytest.mark.parametrize("layout", ALL_LAYOUTS, ids=lambda layout: layout.name)
+def test_the_builders_offsets_are_gccs(layout: Layout, gcc_layout: dict[tuple[str, str], tuple[int, int]]) -> None:
+    """tests/gpu_metrics_builder.py builds the fake roots' tables at these offsets: they must be the C struct's."""
+    assert struct_offsets(layout) == {k: v for k, v in gcc_layout.items() if k[0] == layout.name}
+    # and a table packed with them, from gcc's own offsets, is byte for byte the same
+    values: dict[str, FieldValue] = {"pcie_link_width": 16} if layout.format_revision == 1 else {}
+    assert pack_table(layout, values) == pack_table(layout, values, gcc_layout)
+
+
 def test_declared_and_implicit_padding_are_explicit_pad_bytes() -> None:
     # v1.3: 'padding' after pcie_link_speed and 'padding1' after the voltages are pad bytes; so are the compiler's
     # 4 bytes between the header and system_clock_counter in v1.0, and v2.1's 'padding[3]'.
@@ -1023,51 +1018,6 @@ def test_declared_and_implicit_padding_are_explicit_pad_bytes() -> None:
 
 
 # --- every revision, field by field -------------------------------------------------------------------------------
-
-
-def _recognisable(ctype: str, n: int) -> int:
-    """A value unique to its field and element, that fits the type and is not the all-ones marker."""
-    return {"u8": 1 + n % 200, "u16": 0x100 + n, "u32": 0x0100_0000 + n, "u64": 0x0100_0000_0000_0000 + n}[ctype]
-
-
-def _put(buf: bytearray, offset: int, member: Member, counter: Iterator[int]) -> FieldValue:
-    assert isinstance(member.ctype, str)
-    width = member.element_size
-    values: list[FieldValue] = []
-    for j in range(member.count or 1):
-        v = _recognisable(member.ctype, next(counter))
-        buf[offset + j * width : offset + (j + 1) * width] = v.to_bytes(width, "little")
-        values.append(v)
-    return values[0] if member.count is None else values
-
-
-def build_table(
-    layout: Layout, gcc_layout: dict[tuple[str, str], tuple[int, int]]
-) -> tuple[bytes, dict[str, FieldValue]]:
-    """The table filled member by member at gcc's offsets; padding bytes stay 0x5a. Returns (bytes, expected)."""
-    size = gcc_layout[(layout.name, "")][1]
-    buf = bytearray(b"\x5a" * size)
-    struct.pack_into("<H", buf, gcc_layout[(layout.name, "common_header.structure_size")][0], size)
-    buf[gcc_layout[(layout.name, "common_header.format_revision")][0]] = layout.format_revision
-    buf[gcc_layout[(layout.name, "common_header.content_revision")][0]] = layout.content_revision
-    counter = itertools.count(1)
-    expected: dict[str, FieldValue] = {}
-    for slot in layout.slots:
-        m = slot.member
-        if m.name in HEADER_FIELDS or m.padding:
-            continue
-        if isinstance(m.ctype, StructType):
-            elements: list[FieldValue] = []
-            for k in range(m.count or 1):
-                element: dict[str, FieldValue] = {}
-                for inner in m.ctype.members:
-                    offset = gcc_layout[(layout.name, f"{m.name}[{k}].{inner.name}")][0]
-                    element[inner.name] = _put(buf, offset, inner, counter)
-                elements.append(element)
-            expected[m.name] = elements
-        else:
-            expected[m.name] = _put(buf, gcc_layout[(layout.name, m.name)][0], m, counter)
-    return bytes(buf), expected
 
 
 @pytest.mark.parametrize("layout", ALL_LAYOUTS, ids=lambda layout: layout.name)

@@ -9,8 +9,11 @@ import base64
 import gzip
 import http.client
 import json
+import logging
 import os
 import socket
+import ssl
+import statistics
 import subprocess
 import sys
 import threading
@@ -22,6 +25,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 from prometheus_client.registry import CollectorRegistry
+from structlog.testing import capture_logs
 
 from exporter.config import SOURCE_NAMES
 from exporter.http import (
@@ -29,14 +33,18 @@ from exporter.http import (
     CONTENT_TYPE_TEXT,
     App,
     Limits,
+    apply_web_config,
     make_app,
     serve,
     wants_gzip,
     wants_openmetrics,
 )
+from exporter.metrics.health import http_server_families
+from exporter.server import core
 from exporter.server.auth import BasicAuth, parse_basic
-from exporter.server.core import HttpServer
-from exporter.webconfig import WebConfig
+from exporter.server.core import AUTH_FAILURES_PER_ADDRESS, HttpServer
+from exporter.server.stats import DROP_REASONS, ServerStats
+from exporter.webconfig import WebConfig, load_web_config
 
 PROJECT = Path(__file__).resolve().parents[1]
 BODY = b"# HELP x y\n# TYPE x gauge\n" + b"x 1\n" * 100_000  # 400 KB: more than one write chunk
@@ -214,7 +222,7 @@ def test_header_deadline_drops_a_slowloris_while_scrapes_go_on() -> None:
                     pass
             assert closed_after is not None, "the dribbling connection was never closed"
             assert 0.9 <= closed_after <= 2.5
-            assert server.stats()["client_errors"].get("header_timeout") == 1
+            assert server.stats().dropped["header_timeout"] == 1
         finally:
             drip.close()
 
@@ -231,7 +239,7 @@ def test_idle_keep_alive_connections_hold_no_worker_and_time_out() -> None:
         assert get(server)[0] == 200
         assert time.monotonic() - start < 1.0
         time.sleep(1.6)
-        assert server.stats()["connections"] == 0  # the idle ones were closed at the idle timeout
+        assert server.stats().connections == 0  # the idle ones were closed at the idle timeout
         for conn in idle:
             conn.close()
 
@@ -251,11 +259,11 @@ def test_connection_cap_keeps_a_share_for_other_addresses() -> None:
             assert get(server, source="127.0.0.1")[0] == 200
             time.sleep(0.2)  # that keep-alive connection's close reached the server
             flood += hold("127.0.0.3", 4)  # now full
-            assert server.stats()["connections"] == 8
+            assert server.stats().connections == 8
             # a newcomer displaces a connection of the heaviest address that is still sending its head
             assert get(server, source="127.0.0.1")[0] == 200
-            errors = server.stats()["client_errors"]
-            assert errors.get("evicted_head") == 1 and "refused_full" not in errors
+            dropped = server.stats().dropped
+            assert dropped["evicted_head"] == 1 and dropped["refused_full"] == 0
         finally:
             for s in flood:
                 s.close()
@@ -305,6 +313,218 @@ def test_auth_unknown_user_costs_a_bcrypt_like_a_known_one(monkeypatch: pytest.M
     assert len(calls) == 4
     assert not auth.check("Basic " + b64(b"alice:pw2").decode())  # a cached pair is no skeleton key
     assert parse_basic("Bearer abc") is None and parse_basic("Basic !!!") is None
+
+
+def basic(user: bytes, password: bytes, scheme: str = "Basic") -> dict[str, str]:
+    return {"Authorization": f"{scheme} " + base64.b64encode(user + b":" + password).decode()}
+
+
+@pytest.fixture
+def bcrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The hashes bcrypt.checkpw was asked to check against, in order."""
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed_password: bytes) -> bool:
+        calls.append(hashed_password)
+        return real(password, hashed_password)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    return calls
+
+
+def test_unknown_and_known_users_take_the_same_bcrypt_path(bcrypt_calls: list[bytes]) -> None:
+    """Over real sockets, at htpasswd's default cost: a wrong password for a known user and any password for an
+    unknown one each cost one bcrypt at that cost (the issue measured 65 ms against 4 ms: user names leaked)."""
+    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))})
+    times: dict[str, list[float]] = {"unknown user": [], "known user, wrong password": []}
+    with running(web=web) as server:
+        for n in range(5):
+            for k, (label, header) in enumerate(
+                (("unknown user", basic(b"mallory", b"guess")), ("known user, wrong password", basic(b"alice", b"x")))
+            ):
+                source = f"127.0.3.{1 + 2 * n + k}"  # an address each: the brute-force limit stays out of it
+                start = time.perf_counter()
+                status, headers, _ = get(server, headers=header, source=source)
+                times[label].append(time.perf_counter() - start)
+                assert status == 401 and headers["www-authenticate"] == 'Basic realm="rocm-watchdog"'
+    assert len(bcrypt_calls) == 10 and all(h.startswith(b"$2b$10$") for h in bcrypt_calls)
+    medians = {label: round(statistics.median(t) * 1e3, 1) for label, t in times.items()}
+    print(f"\nmedian 401 at bcrypt cost 10, ms: {medians}")
+    ratio = medians["unknown user"] / medians["known user, wrong password"]
+    assert 1 / 3 < ratio < 3, medians  # the same work; loose, for a shared machine
+
+
+def test_authorised_scrapes_pay_bcrypt_once_and_a_reloaded_password_invalidates_them(
+    tmp_path: Path, bcrypt_calls: list[bytes]
+) -> None:
+    cfg = tmp_path / "web.yml"
+
+    def set_password(password: bytes) -> None:
+        hashed = bcrypt.hashpw(password, bcrypt.gensalt(rounds=4)).decode()
+        cfg.write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
+
+    set_password(b"first")
+    web = load_web_config(cfg)
+    with running(web=web) as server:
+        for _ in range(20):
+            assert get(server, headers=basic(b"prometheus", b"first"))[0] == 200
+        assert len(bcrypt_calls) == 1  # the first scrape; the other 19 from the verified-credential cache
+        set_password(b"second")
+        apply_web_config(server, load_web_config(cfg))  # what SIGHUP does (exporter.reload)
+        assert get(server, headers=basic(b"prometheus", b"first"))[0] == 401  # the old pair no longer passes
+        assert get(server, headers=basic(b"prometheus", b"second"))[0] == 200
+        assert get(server, headers=basic(b"prometheus", b"second"))[0] == 200
+        assert len(bcrypt_calls) == 3
+
+
+def test_the_basic_scheme_is_case_insensitive() -> None:
+    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    with running(web=web) as server:
+        for scheme in ("Basic", "basic", "BASIC", "bAsIc"):
+            assert get(server, headers=basic(b"alice", b"pw", scheme))[0] == 200, scheme
+
+
+def test_every_auth_failure_is_401_never_500() -> None:
+    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    b64 = base64.b64encode
+    bad: dict[str, dict[str, str]] = {
+        "no header": {},
+        "no credentials": {"Authorization": "Basic"},
+        "not base64": {"Authorization": "Basic !!!"},
+        "no colon": {"Authorization": "Basic " + b64(b"alice").decode()},
+        "user not UTF-8": {"Authorization": "Basic " + b64(b"\xff\xfe:pw").decode()},
+        "another scheme": {"Authorization": "Bearer abc"},
+        "8 KiB of token": {"Authorization": "Basic " + "QUFB" * 2048},
+        "empty user": basic(b"", b"pw"),
+        "NUL in the password": basic(b"alice", b"p\x00w"),
+        "73-byte password": basic(b"alice", b"p" * 73),  # bcrypt raises past 72 bytes
+        "1000-byte password": basic(b"alice", b"p" * 1000),
+        "right password, other user": basic(b"bob", b"pw"),
+    }
+    with running(web=web) as server:
+        for n, (label, headers) in enumerate(bad.items()):
+            status, answer, _ = get(server, headers=headers, source=f"127.0.4.{n + 1}")
+            assert status == 401 and "www-authenticate" in answer, label
+        stats = server.stats()
+        assert stats.auth_failures == len(bad) and stats.requests[401] == len(bad) and 500 not in stats.requests
+
+
+def test_brute_force_is_limited_per_address_without_bcrypt(bcrypt_calls: list[bytes]) -> None:
+    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    with running(web=web) as server:
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200  # verified, cached
+        for n in range(AUTH_FAILURES_PER_ADDRESS):
+            assert get(server, headers=basic(b"alice", b"guess%d" % n), source="127.0.0.5")[0] == 401
+        assert len(bcrypt_calls) == 1 + AUTH_FAILURES_PER_ADDRESS
+        for n in range(5):  # the address is over its limit: 429 at once, no bcrypt
+            status, headers, _ = get(server, headers=basic(b"alice", b"more%d" % n), source="127.0.0.5")
+            assert status == 429 and 1 <= int(headers["retry-after"]) <= 6
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.5")[0] == 429  # even the right one
+        assert len(bcrypt_calls) == 1 + AUTH_FAILURES_PER_ADDRESS
+        # every other address is unaffected: the cached pair, and a first check of the right password
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.6")[0] == 200
+        stats = server.stats()
+        assert stats.auth_failures == AUTH_FAILURES_PER_ADDRESS and stats.requests[429] == 6
+        assert stats.events["auth_locked"] == 6
+
+
+def test_brute_force_bucket_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the burst, one more attempt every window / limit seconds (here 10 per 4 s: one every 0.4 s)."""
+    monkeypatch.setattr(core, "AUTH_FAILURE_WINDOW_SECONDS", 4.0)
+    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
+    with running(web=web) as server:
+        for n in range(AUTH_FAILURES_PER_ADDRESS):
+            assert get(server, headers=basic(b"alice", b"x%d" % n), source="127.0.0.7")[0] == 401
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.7")[0] == 429
+        time.sleep(1.0)
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.7")[0] == 200
+
+
+def test_a_tls_response_with_connection_close_is_closed_at_once(tmp_path: Path) -> None:
+    """asyncio's TLS transport with a write buffer limit of 0 never resumed its writer: a response with
+    "Connection: close" was sent, but its connection stayed open (and counted) until the client spoke again or
+    the 60 s write timeout, so TLS clients that close no connection could fill the server."""
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    web = load_web_config(tmp_path / "web.yml")
+    client = ssl.create_default_context(cafile=str(cert))
+    with running(web=web) as server:
+        for _ in range(3):
+            with client.wrap_socket(
+                socket.create_connection(("127.0.0.1", server.server_port), timeout=5), server_hostname="127.0.0.1"
+            ) as tls:
+                tls.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                start, data = time.monotonic(), b""
+                while chunk := tls.recv(65536):  # until the server's close_notify
+                    data += chunk
+                assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(BODY)
+                assert time.monotonic() - start < 2
+        time.sleep(0.2)
+        assert server.stats().connections == 0
+
+
+def test_client_faults_are_logged_once_a_minute_per_kind_with_the_count_not_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(core, "LOG_EVERY_SECONDS", 2.0)
+    with capture_logs() as logs, running() as server:
+        for _ in range(30):
+            raw(server, b"GARBAGE\r\n\r\n")
+        time.sleep(2.1)
+        raw(server, b"GARBAGE\r\n\r\n")  # past the minute (here 2 s): a line with the 29 not logged
+        for _ in range(5):
+            raw(server, b"GARBAGE\r\n\r\n")
+    lines = [entry for entry in logs if entry["event"] == "http_client_error"]
+    assert [(e["kind"], e["total"], e["suppressed"]) for e in lines] == [
+        ("bad_request", 1, 0),
+        ("bad_request", 31, 29),
+        ("bad_request", 36, 5),  # said when the server stops, as nothing more came
+    ]
+    assert lines[0]["client"] == "127.0.0.1" and lines[0]["detail"] == "bad_request_line"
+
+
+def test_asyncio_and_loop_errors_are_one_line_without_a_traceback() -> None:
+    """What asyncio says through its own logger, and what reaches the loop's exception handler: a client's
+    connection counted, anything else one structured line; neither as asyncio's default traceback."""
+    with capture_logs() as logs, running() as server:
+        logging.getLogger("asyncio").warning("socket.send() raised exception.")
+        loop = server._loop
+        assert loop is not None
+        for context in (
+            {"message": "reset", "exception": ConnectionResetError()},
+            {"message": "boom", "exception": ValueError("x")},
+        ):
+            loop.call_soon_threadsafe(loop.call_exception_handler, context)
+        time.sleep(0.3)
+        assert server.stats().events["transport_error"] == 1
+    assert {"event": "asyncio_message", "message": "socket.send() raised exception.", "level_name": "WARNING",
+            "log_level": "warning"} in logs  # fmt: skip
+    errors = [e for e in logs if e["event"] == "http_loop_error"]
+    assert errors == [{"event": "http_loop_error", "message": "boom", "error": "ValueError('x')", "log_level": "error"}]
+
+
+def test_server_counters_become_metrics() -> None:
+    stats = ServerStats()
+    stats.connections(3)
+    stats.dropped("header_timeout")
+    stats.answered(200)
+    stats.answered(200)
+    stats.answered(404)
+    stats.auth_failed()
+    families = {f.name: f for f in http_server_families(stats.view())}
+    assert [s.value for s in families["rocm_watchdog_http_connections"].samples] == [3]
+    dropped = {s.labels["reason"]: s.value for s in families["rocm_watchdog_http_connections_dropped"].samples}
+    assert set(dropped) == set(DROP_REASONS) and dropped["header_timeout"] == 1 and dropped["refused_full"] == 0
+    codes = {s.labels["code"]: s.value for s in families["rocm_watchdog_http_requests"].samples}
+    assert codes == {"200": 2, "401": 0, "404": 1, "429": 0, "503": 0}
+    assert [s.value for s in families["rocm_watchdog_http_auth_failures"].samples] == [1]
 
 
 def test_app_is_plain_function_of_a_request() -> None:

@@ -7,7 +7,7 @@ process metrics never mix with ours: serve adds its own (``exporter.metrics.self
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import Metric
@@ -17,13 +17,15 @@ from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
-from exporter.metrics.health import health_families, push_families, state_file_families
+from exporter.metrics.groups import hidden_family_names
+from exporter.metrics.health import health_families, http_server_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.metrics.selfmetrics import ExporterMetrics
 from exporter.model.devices import DeviceWatchState, StateFileStatus
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
 from exporter.model.processes import PodResourcesSnapshot, ProcessInfo, ProcessSnapshot
+from exporter.server.stats import StatsView
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
@@ -32,13 +34,22 @@ from exporter.store import SnapshotStore, StoreView
 @dataclass(frozen=True, slots=True)
 class Section:
     """A run of families built from the entries of ``inputs`` (None: every source). ``health``: from the
-    sources' health, not their data; ``volatile``: from state outside the store, built on every scrape."""
+    sources' health, not their data; ``volatile``: built on every scrape (from state outside the store, or from
+    what changes at nearly every collection anyway); ``key``: what the families are made of, when that is less
+    than the inputs' whole entries (the rendering is reused while it is equal)."""
 
     name: str
     inputs: tuple[str, ...] | None
     build: Callable[[StoreView], Iterator[Metric]]
     health: bool = False
     volatile: bool = False
+    key: Callable[[StoreView], tuple[object, ...]] | None = None
+
+
+def _kernel_key(view: StoreView) -> tuple[object, ...]:
+    """The kernel section reads the kernel-log state and the list of GPUs only (not their changing readings)."""
+    entry = view.entries.get("kernel-log")
+    return (entry.data if entry is not None else None, tuple(known_gpus(view)))
 
 
 def _processes(view: StoreView) -> list[ProcessInfo] | None:
@@ -63,13 +74,16 @@ class RocmCollector(Collector):
         clock: Callable[[], float] = time.time,
         push: PushStatus | None = None,
         exporter_metrics: ExporterMetrics | None = None,
+        http: Callable[[], StatsView] | None = None,
     ) -> None:
         self._store = store
         self._config = config
+        self._select(config)
         self._clock = clock
         self._push = push  # the Alertmanager push's health, when --alertmanager.url is set
         # serve's process_*, python_* and scrape-duration series (not --web.disable-exporter-metrics; never once)
         self._exporter = exporter_metrics
+        self._http = http  # serve's HTTP server counters (exporter.server.stats), read per scrape
 
     def reconfigure(
         self, config: Config, push: PushStatus | None, exporter_metrics: ExporterMetrics | None = None
@@ -77,20 +91,48 @@ class RocmCollector(Collector):
         """A reloaded configuration (SIGHUP): the next build uses it. The rendering cache must be dropped too
         (``Exposition.invalidate``): its keys are the store's entries, not the configuration."""
         self._config, self._push, self._exporter = config, push, exporter_metrics
+        self._select(config)
+
+    def _select(self, config: Config) -> None:
+        # --metrics.disable / --metrics.enable-only: the groups off, and the names of their families
+        self._off = config.metric_groups_disabled
+        self._hidden = hidden_family_names(self._off)
+
+    def _on(self, *groups: str) -> bool:
+        """Whether any of ``groups`` is exported."""
+        return any(g not in self._off for g in groups)
+
+    def _shown(self, families: Iterable[Metric]) -> Iterator[Metric]:
+        """``families`` without those of disabled groups: dropped before anything renders them."""
+        hidden = self._hidden
+        return (f for f in families if f.name not in hidden) if hidden else iter(families)
 
     def sections(self) -> tuple[Section, ...]:
         """The exposition in the order it is served, as sections each built from a few sources' entries: the
-        rendering cache (``exporter.metrics.exposition``) re-renders a section only when those entries change."""
+        rendering cache (``exporter.metrics.exposition``) re-renders a section only when those entries change.
+        A section whose metric groups are all disabled is left out; the others drop the families of disabled
+        groups before they are rendered."""
         every = None  # every source: the section reads all of them
-        out = [
-            Section("gpus", ("amd-smi", "rocm-smi", "sysfs"), self._gpus),
-            Section("processes", ("processes", "amd-smi", "rocm-smi"), self._processes),
-            Section("kubernetes", ("kubernetes", "processes", "sysfs", "amd-smi", "rocm-smi"), self._kubernetes),
-            Section("devices", ("devices",), self._devices),
-            Section("kernel", every, self._kernel),
-            Section("state-files", ("devices", "kernel-log"), self._state_files),
-            Section("health", every, self._health, health=True),
-        ]
+        on = self._on
+        candidates = (
+            (True, Section("gpus", ("amd-smi", "rocm-smi", "sysfs"), self._gpus)),  # core: sysfs readable
+            (
+                on("processes", "processes.gpu", "attribution"),
+                Section("processes", ("processes", "amd-smi", "rocm-smi"), self._processes),
+            ),
+            (
+                on("attribution"),
+                Section("kubernetes", ("kubernetes", "processes", "sysfs", "amd-smi", "rocm-smi"), self._kubernetes),
+            ),
+            (True, Section("devices", ("devices",), self._devices)),  # core: the conditions and the baseline
+            (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
+            (True, Section("state-files", ("devices", "kernel-log"), self._state_files)),
+            # every run of every source changes its health: rendered per scrape, not per run
+            (True, Section("health", every, self._health, health=True, volatile=True)),
+        )
+        out = [section for wanted, section in candidates if wanted]
+        if self._http is not None:
+            out.append(Section("http", (), self._http_families, volatile=True))
         if self._push is not None:
             out.append(Section("push", every, self._push_health, volatile=True))
         if self._exporter is not None:
@@ -108,13 +150,16 @@ class RocmCollector(Collector):
     def _gpus(self, view: StoreView) -> Iterator[Metric]:
         gpus = gpu_inventory(view)
         if gpus is not None:
-            yield from gpu_families(gpus, merge_links(smi_reports(view)))
+            links = merge_links(smi_reports(view)) if self._on("gpu.topology") else ()
+            yield from self._shown(gpu_families(gpus, links))
 
     def _processes(self, view: StoreView) -> Iterator[Metric]:
         processes = _processes(view)
         if processes is not None:
-            yield from process_families(processes, self._config.top_processes)
-            yield from process_gpu_families(processes, self._config.top_processes)
+            if self._on("processes"):
+                yield from process_families(processes, self._config.top_processes)
+            if self._on("processes.gpu", "attribution"):
+                yield from self._shown(process_gpu_families(processes, self._config.top_processes))
 
     def _kubernetes(self, view: StoreView) -> Iterator[Metric]:
         pods = view.fresh_data("kubernetes")
@@ -132,7 +177,7 @@ class RocmCollector(Collector):
 
     def _devices(self, view: StoreView) -> Iterator[Metric]:
         devices = view.fresh_data("devices")
-        yield from device_families(devices if isinstance(devices, DeviceWatchState) else None)
+        yield from self._shown(device_families(devices if isinstance(devices, DeviceWatchState) else None))
 
     def _kernel(self, view: StoreView) -> Iterator[Metric]:
         # Kernel-log counters are cumulative counts of what was read: they stay exported when the reader
@@ -164,6 +209,10 @@ class RocmCollector(Collector):
     def _push_health(self, view: StoreView) -> Iterator[Metric]:
         if self._push is not None:
             yield from push_families(self._push.view())
+
+    def _http_families(self, view: StoreView) -> Iterator[Metric]:
+        if self._http is not None:
+            yield from http_server_families(self._http())
 
     def _exporter_families(self, view: StoreView) -> Iterator[Metric]:
         if self._exporter is not None:

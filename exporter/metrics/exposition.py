@@ -160,9 +160,12 @@ class Exposition:
             if old.get(openmetrics) is None:  # the first scrape in this format since the section changed
                 self._render(old, section, view, openmetrics)
             return old
-        self._serial += 1
-        new = _Rendered(key, self._serial)
+        new = _Rendered(key, self._serial + 1)
         self._render(new, section, view, openmetrics)
+        if old is not None and section.volatile and old.get(openmetrics) == new.get(openmetrics):
+            old.key = key  # rendered again, the same bytes: the body (and its gzip) stays as served
+            return old
+        self._serial += 1
         self._rendered[section.name] = new
         return new
 
@@ -177,6 +180,8 @@ class Exposition:
 
 def _key(section: Section, view: StoreView) -> tuple[object, ...]:
     """What the section's families are made of: each input's data (or health) and whether it is fresh."""
+    if section.key is not None:
+        return section.key(view)
     names = sorted(view.entries) if section.inputs is None else section.inputs
     key: list[object] = []
     for name in names:

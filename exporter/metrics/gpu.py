@@ -10,7 +10,7 @@ from prometheus_client.core import Metric
 from exporter.inventory import GpuView, LinkView
 from exporter.metrics import names
 from exporter.metrics.families import label, new_family
-from exporter.model.gpu import GpuTelemetry
+from exporter.model.gpu import GpuMetricsReading, GpuTelemetry
 from exporter.model.processes import DeviceAllocation, ProcessInfo
 from exporter.parsers.common import normalize_bdf
 
@@ -45,18 +45,19 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
             ],
             1,
         )
+        table = gpu.gpu_metrics or _NO_TABLE
         for family, value in (
             (vram_total, gpu.vram_total_bytes),
             (vram_used, gpu.vram_used_bytes),
-            (busy, gpu.busy_ratio),
+            (busy, _busy_ratio(gpu)),
             (numa, gpu.numa_node),
-            (power, gpu.power_watts),
-            (pcie_speed, gpu.pcie_link_speed_gts),
-            (pcie_width, gpu.pcie_link_width),
+            (power, _first(gpu.power_watts, table.power_watts)),
+            (pcie_speed, _first(gpu.pcie_link_speed_gts, table.pcie_link_speed_gts)),
+            (pcie_width, _first(gpu.pcie_link_width, table.pcie_link_width)),
         ):
             if value is not None:
                 family.add_metric(bus, value)
-        for sensor, celsius in gpu.temperatures_celsius:
+        for sensor, celsius in _fill(gpu.temperatures_celsius, table.temperatures_celsius):
             temperature.add_metric([gpu.pci_bus, sensor], celsius)
         for ras in gpu.ras:
             for family, errors in ((ras_ce, ras.correctable), (ras_ue, ras.uncorrectable), (ras_de, ras.deferred)):
@@ -65,6 +66,7 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     yield from (info, vram_total, vram_used, busy, numa, temperature, power, pcie_speed, pcie_width)
     yield from (ras_ce, ras_ue, ras_de)
     yield from telemetry_families(gpus)
+    yield from gpu_metrics_families(gpus)
     yield from sysfs_read_families(gpus)
 
     link_info = new_family(names.GPU_LINK_INFO)
@@ -84,6 +86,32 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     yield present
 
 
+_NO_TABLE = GpuMetricsReading(format_revision=0, content_revision=0)  # every reading None
+
+
+def _first(sysfs: float | None, table: float | None) -> float | None:
+    """A reading sysfs and the gpu_metrics table both give: sysfs's, else the table's (never both)."""
+    return sysfs if sysfs is not None else table
+
+
+def _fill(sysfs: Sequence[tuple[str, float]], table: Sequence[tuple[str, float]]) -> Sequence[tuple[str, float]]:
+    """Labelled readings (clock domains, temperature sensors): sysfs's, then the table's for the labels sysfs
+    lacks."""
+    if not table:
+        return sysfs
+    have = {name for name, _ in sysfs}
+    return [*sysfs, *((name, value) for name, value in table if name not in have)]
+
+
+def _busy_ratio(gpu: GpuView) -> float | None:
+    """gpu_busy_percent; without it, the mean XCC busy of the GPU's or partition's XCP, else the table's
+    average_gfx_activity."""
+    if gpu.busy_ratio is not None:
+        return gpu.busy_ratio
+    xcp = gpu.xcp.busy_ratio if gpu.xcp is not None else None
+    return _first(xcp, gpu.gpu_metrics.gfx_activity_ratio if gpu.gpu_metrics is not None else None)
+
+
 # The one-value readings of GpuTelemetry: one series per GPU whose file gave a value.
 _TELEMETRY_SCALARS: tuple[tuple[names.Spec, Callable[[GpuTelemetry], float | None]], ...] = (
     (names.GPU_POWER_CAP, lambda t: t.power_cap_watts),
@@ -100,19 +128,29 @@ _TELEMETRY_SCALARS: tuple[tuple[names.Spec, Callable[[GpuTelemetry], float | Non
 )
 
 
+# The gpu_metrics readings of those families, for a GPU whose file gave none: one family each, never both.
+_TABLE_FALLBACKS: dict[names.Spec, Callable[[GpuMetricsReading], float | None]] = {
+    names.GPU_MEMORY_BUSY: lambda m: m.umc_activity_ratio,
+    names.GPU_PCIE_REPLAYS: lambda m: m.pcie_replays,
+}
+
+
 def telemetry_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
     """The sysfs telemetry of each GPU and its partition mode: a series only for what its files gave."""
     clock = new_family(names.GPU_CLOCK)
-    scalars = [(new_family(spec), get) for spec, get in _TELEMETRY_SCALARS]
+    scalars = [(new_family(spec), get, _TABLE_FALLBACKS.get(spec)) for spec, get in _TELEMETRY_SCALARS]
     voltage = new_family(names.GPU_VOLTAGE)
     bad_pages = new_family(names.GPU_VRAM_BAD_PAGES)
     partition = new_family(names.GPU_PARTITION_MODE)
     for gpu in gpus:
         t = gpu.telemetry
-        for domain, hertz in t.clocks_hertz:
+        table = gpu.gpu_metrics
+        for domain, hertz in _fill(t.clocks_hertz, table.clocks_hertz if table is not None else ()):
             clock.add_metric([gpu.pci_bus, domain], hertz)
-        for family, get in scalars:
+        for family, get, fallback in scalars:
             value = get(t)
+            if value is None and table is not None and fallback is not None:
+                value = fallback(table)
             if value is not None:
                 family.add_metric([gpu.pci_bus], value)
         for sensor, volts in t.voltages_volts:
@@ -124,8 +162,79 @@ def telemetry_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
         if gpu.compute_partition is not None or gpu.memory_partition is not None:
             partition.add_metric([gpu.pci_bus, label(gpu.compute_partition), label(gpu.memory_partition)], 1)
     yield clock
-    yield from (family for family, _ in scalars)
+    yield from (family for family, _, _ in scalars)
     yield from (voltage, bad_pages, partition)
+
+
+# The one-value counters of GpuMetricsReading that no sysfs file gives.
+_TABLE_COUNTERS: tuple[tuple[names.Spec, Callable[[GpuMetricsReading], float | None]], ...] = (
+    (names.GPU_ACCUMULATION_TICKS, lambda m: m.accumulation_ticks),
+    (names.GPU_PCIE_REPLAY_ROLLOVERS, lambda m: m.pcie_replay_rollovers),
+    (names.GPU_PCIE_RECOVERIES, lambda m: m.pcie_recoveries),
+    (names.GPU_PCIE_NAKS_SENT, lambda m: m.pcie_naks_sent),
+    (names.GPU_PCIE_NAKS_RECEIVED, lambda m: m.pcie_naks_received),
+    (names.GPU_PCIE_OTHER_END_RECOVERIES, lambda m: m.pcie_other_end_recoveries),
+    (names.GPU_ENERGY, lambda m: m.energy_joules),
+)
+_TABLE_GAUGES: tuple[tuple[names.Spec, Callable[[GpuMetricsReading], float | None]], ...] = (
+    (names.GPU_XGMI_WIDTH, lambda m: m.xgmi_link_width),
+    (names.GPU_XGMI_SPEED, lambda m: m.xgmi_link_speed_bytes_per_second),
+    (names.GPU_PCIE_BANDWIDTH, lambda m: m.pcie_bandwidth_bytes_per_second),
+)
+
+
+def gpu_metrics_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
+    """What only the gpu_metrics table gives: throttling, residency and violation ticks, media engine and XCC
+    activity, XGMI, PCIe bandwidth and counters, energy. A series only for what the table has; the per-XCP
+    families on the GPU or partition the XCP is (``GpuView.xcp``), the rest on the physical GPU."""
+    throttled = new_family(names.GPU_THROTTLED)
+    throttle_active = new_family(names.GPU_THROTTLE_ACTIVE)
+    residency = new_family(names.GPU_THROTTLE_RESIDENCY)
+    engine = new_family(names.GPU_ENGINE_ACTIVITY)
+    xcc_busy = new_family(names.GPU_XCC_BUSY)
+    xcc_violation = new_family(names.GPU_XCC_VIOLATION)
+    xgmi_up = new_family(names.GPU_XGMI_UP)
+    xgmi_read = new_family(names.GPU_XGMI_READ)
+    xgmi_write = new_family(names.GPU_XGMI_WRITE)
+    counters = [(new_family(spec), get) for spec, get in _TABLE_COUNTERS]
+    gauges = [(new_family(spec), get) for spec, get in _TABLE_GAUGES]
+    for gpu in gpus:
+        bus = gpu.pci_bus
+        m = gpu.gpu_metrics
+        xcp = gpu.xcp
+        media: dict[str, float | None] = {}
+        if m is not None:
+            if m.throttle_status is not None:
+                throttled.add_metric([bus], 1 if m.throttle_status else 0)
+            for reason in m.throttle_reasons:
+                throttle_active.add_metric([bus, reason], 1)
+            for reason, ticks in m.throttle_residency_ticks:
+                residency.add_metric([bus, reason], ticks)
+            media = {"mm": m.mm_activity_ratio, "vcn": m.vcn_activity_ratio, "jpeg": m.jpeg_activity_ratio}
+            for link, up in m.xgmi_link_active:
+                xgmi_up.add_metric([bus, str(link)], 1 if up else 0)
+            for family, values in ((xgmi_read, m.xgmi_read_bytes), (xgmi_write, m.xgmi_write_bytes)):
+                for link, count in values:
+                    family.add_metric([bus, str(link)], count)
+            for family, get in (*counters, *gauges):
+                value = get(m)
+                if value is not None:
+                    family.add_metric([bus], value)
+        if xcp is not None:
+            # the partition's own engines (the tables with xcp_stats have no device-wide vcn/jpeg arrays)
+            media["vcn"] = _first(xcp.vcn_busy_ratio, media.get("vcn"))
+            media["jpeg"] = _first(xcp.jpeg_busy_ratio, media.get("jpeg"))
+            for index, ratio in xcp.xcc_busy_ratios:
+                xcc_busy.add_metric([bus, str(index)], ratio)
+            for counter, ticks in xcp.xcc_violation_ticks:
+                xcc_violation.add_metric([bus, counter], ticks)
+        for name, busy in media.items():
+            if busy is not None:
+                engine.add_metric([bus, name], busy)
+    yield from (throttled, throttle_active, residency)
+    yield from (engine, xcc_busy, xcc_violation)
+    yield from (xgmi_up, xgmi_read, xgmi_write)
+    yield from (family for family, _ in (*counters, *gauges))
 
 
 def sysfs_read_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:

@@ -1,5 +1,5 @@
 """The exporter's own health: per-source up, duration, last success, failures, staleness; build info; the
-Alertmanager push."""
+Alertmanager push; the HTTP server's clients."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from exporter.build import build_info
 from exporter.metrics import names
 from exporter.metrics.families import new_family
 from exporter.model.devices import StateFileStatus
+from exporter.server.stats import StatsView
 from exporter.sinks.status import PushView
 from exporter.store import StoreView
 
@@ -69,3 +70,19 @@ def push_families(view: PushView) -> Iterator[Metric]:
     firing = new_family(names.ALERTMANAGER_FIRING)
     firing.add_metric([], view.firing)
     yield from (pushes, last_success, firing)
+
+
+def http_server_families(view: StatsView) -> Iterator[Metric]:
+    """What the HTTP server counts (exporter.server.stats): open connections, connections it dropped by reason and
+    requests by status (each from zero for the reasons and statuses it knows), auth failures."""
+    connections = new_family(names.HTTP_CONNECTIONS)
+    connections.add_metric([], view.connections)
+    dropped = new_family(names.HTTP_CONNECTIONS_DROPPED)
+    for reason, count in view.dropped.items():
+        dropped.add_metric([reason], count)
+    requests = new_family(names.HTTP_REQUESTS)
+    for code in sorted(view.requests):
+        requests.add_metric([str(code)], view.requests[code])
+    failures = new_family(names.HTTP_AUTH_FAILURES)
+    failures.add_metric([], view.auth_failures)
+    yield from (connections, dropped, requests, failures)

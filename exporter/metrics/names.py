@@ -2,12 +2,49 @@
 
 Values served from a snapshot that a scheduled source refreshed say "cached" in HELP: a scrape never
 runs a tool, it reads the last good snapshot.
+
+Every family belongs to one metric group (``Spec.group``), the unit ``--metrics.disable`` and
+``--metrics.enable-only`` switch (``exporter.metrics.groups`` describes each group). A family declared without
+``group=`` takes the group of the first rule of ``GROUP_RULES`` its name matches; tests/test_metric_groups.py
+fails for a family no rule places.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+# Name -> group, first match wins (re.match: from the start of the name). "core" is never switched off: the
+# exporter's health, each GPU's sysfs-read health, and the device-watchdog conditions and baseline the alerts read.
+GROUP_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), group)
+    for pattern, group in (
+        (r"rocm_watchdog_|rocm_device_condition|rocm_baseline_|rocm_gpu_sysfs_", "core"),
+        (r"rocm_gpus$|rocm_gpu_(info|numa_node|partition_mode_info)$", "gpu.identity"),
+        (r"rocm_gpu_(ras_|vram_bad_pages)", "gpu.ras"),
+        (r"rocm_gpu_(vram|gtt|visible_vram)_", "gpu.memory"),
+        (r"rocm_gpu_(power|energy)", "gpu.power"),
+        (r"rocm_gpu_clock", "gpu.clocks"),
+        (r"rocm_gpu_(temperature|fan)", "gpu.thermal"),
+        (r"rocm_gpu_voltage", "gpu.voltage"),
+        (r"rocm_gpu_pcie_", "gpu.pcie"),
+        (r"rocm_gpu_xgmi_", "gpu.xgmi"),
+        (r"rocm_gpu_\w*(throttl|violation|residency)", "gpu.throttle"),
+        (r"rocm_gpu_\w*(busy|activity)", "gpu.activity"),
+        (r"rocm_gpu_link_", "gpu.topology"),
+        (r"rocm_gpu_pod_info$|rocm_process_(slurm|pod)_", "attribution"),
+        (r"rocm_process_gpu_", "processes.gpu"),
+        (r"rocm_processes$|rocm_process_", "processes"),
+        (r"rocm_device_node_|rocm_render_node_|rocm_card_|rocm_gpu_missing$|rocm_group_gid_drift$", "devices"),
+        (r"rocm_kernel_", "kernel"),
+    )
+)
+
+
+def group_of(name: str) -> str:
+    """The group of the first rule of ``GROUP_RULES`` ``name`` matches; "" when none does."""
+    return next((group for pattern, group in GROUP_RULES if pattern.match(name)), "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +53,11 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()
     kind: Literal["gauge", "counter", "summary"] = "gauge"
+    group: str = ""  # the metric group (--metrics.disable); "" takes it from the name (GROUP_RULES)
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            object.__setattr__(self, "group", group_of(self.name))
 
 
 CACHED = " (cached: read from the last successful run of its source)"
@@ -28,16 +70,34 @@ GPU_INFO = Spec(
 )
 GPU_VRAM_TOTAL = Spec("rocm_gpu_vram_total_bytes", "VRAM size in bytes" + CACHED, ("pci_bus",))
 GPU_VRAM_USED = Spec("rocm_gpu_vram_used_bytes", "VRAM in use in bytes" + CACHED, ("pci_bus",))
-GPU_BUSY = Spec("rocm_gpu_busy_ratio", "GPU busy ratio 0..1" + CACHED, ("pci_bus",))
+GPU_BUSY = Spec(
+    "rocm_gpu_busy_ratio",
+    "GPU busy ratio 0..1 (gpu_busy_percent; without it, gpu_metrics: a partition's or GPU's mean XCC gfx_busy_inst, "
+    "else average_gfx_activity)" + CACHED,
+    ("pci_bus",),
+)
 GPU_NUMA = Spec("rocm_gpu_numa_node", "NUMA node of the GPU, -1 when none" + CACHED, ("pci_bus",))
 GPU_TEMPERATURE = Spec(
-    "rocm_gpu_temperature_celsius", "GPU temperature per hwmon sensor" + CACHED, ("pci_bus", "sensor")
+    "rocm_gpu_temperature_celsius",
+    "GPU temperature per hwmon sensor (edge, junction, mem); sensors hwmon lacks from gpu_metrics (junction is its "
+    "temperature_hotspot; vrgfx, vrsoc, vrmem, hbm0..3; an APU's soc, skin)" + CACHED,
+    ("pci_bus", "sensor"),
 )
-GPU_POWER = Spec("rocm_gpu_power_watts", "GPU power draw in watts" + CACHED, ("pci_bus",))
+GPU_POWER = Spec(
+    "rocm_gpu_power_watts",
+    "GPU power draw in watts (hwmon power1_average or power1_input, else gpu_metrics socket power)" + CACHED,
+    ("pci_bus",),
+)
 GPU_PCIE_SPEED = Spec(
-    "rocm_gpu_pcie_link_speed_gigatransfers_per_second", "Current PCIe link speed" + CACHED, ("pci_bus",)
+    "rocm_gpu_pcie_link_speed_gigatransfers_per_second",
+    "Current PCIe link speed (current_link_speed, else gpu_metrics pcie_link_speed)" + CACHED,
+    ("pci_bus",),
 )
-GPU_PCIE_WIDTH = Spec("rocm_gpu_pcie_link_width_lanes", "Current PCIe link width" + CACHED, ("pci_bus",))
+GPU_PCIE_WIDTH = Spec(
+    "rocm_gpu_pcie_link_width_lanes",
+    "Current PCIe link width (current_link_width, else gpu_metrics pcie_link_width)" + CACHED,
+    ("pci_bus",),
+)
 GPU_RAS_CORRECTABLE = Spec(
     "rocm_gpu_ras_correctable_errors_total",
     "RAS correctable errors since driver load, per block" + CACHED,
@@ -60,7 +120,7 @@ GPU_RAS_DEFERRED = Spec(
 GPU_CLOCK = Spec(
     "rocm_gpu_clock_hertz",
     "Current clock per domain (sclk, mclk, fclk, socclk, dcefclk, vclk, dclk, vclk1, dclk1): hwmon freqN_input, "
-    "else the level pp_dpm_<domain> marks current" + CACHED,
+    "else the level pp_dpm_<domain> marks current, else gpu_metrics current_<clk> (its first instance)" + CACHED,
     ("pci_bus", "domain"),
 )
 GPU_POWER_CAP = Spec("rocm_gpu_power_cap_watts", "Power cap in watts (hwmon power1_cap)" + CACHED, ("pci_bus",))
@@ -75,7 +135,9 @@ GPU_FAN_SPEED = Spec(
 )
 GPU_FAN_PWM = Spec("rocm_gpu_fan_pwm_ratio", "Fan PWM duty cycle 0..1 (hwmon pwm1 / 255)" + CACHED, ("pci_bus",))
 GPU_MEMORY_BUSY = Spec(
-    "rocm_gpu_memory_busy_ratio", "Memory controller busy ratio 0..1 (mem_busy_percent)" + CACHED, ("pci_bus",)
+    "rocm_gpu_memory_busy_ratio",
+    "Memory controller busy ratio 0..1 (mem_busy_percent, else gpu_metrics average_umc_activity)" + CACHED,
+    ("pci_bus",),
 )
 GPU_GTT_TOTAL = Spec(
     "rocm_gpu_gtt_total_bytes", "GTT (system memory mapped for the GPU) size in bytes" + CACHED, ("pci_bus",)
@@ -93,7 +155,8 @@ GPU_VISIBLE_VRAM_USED = Spec(
 )
 GPU_PCIE_REPLAYS = Spec(
     "rocm_gpu_pcie_replays_total",
-    "PCIe replays (retransmissions after a NAK or timeout) the GPU counted (pcie_replay_count)" + CACHED,
+    "PCIe replays (retransmissions after a NAK or timeout) the GPU counted (pcie_replay_count, else gpu_metrics "
+    "pcie_replay_count_acc)" + CACHED,
     ("pci_bus",),
     "counter",
 )
@@ -114,6 +177,135 @@ GPU_PARTITION_MODE = Spec(
     "function only, not on each partition (current_compute_partition, current_memory_partition)" + CACHED,
     ("pci_bus", "compute_partition", "memory_partition"),
 )
+# The binary gpu_metrics table of the PCI function (issue 10): a series only for what the table's revision has
+# and does not mark "not available"; readings sysfs also gives fill the families above only where sysfs has none.
+GM = " (gpu_metrics"
+GPU_THROTTLED = Spec(
+    "rocm_gpu_throttled",
+    "1 when the SMU reports any throttler active, 0 when none" + GM + " indep_throttle_status, else throttle_status); "
+    "absent when the table has no throttle status (MI300 v1.6+: see rocm_gpu_throttle_residency_ticks_total)" + CACHED,
+    ("pci_bus",),
+)
+GPU_THROTTLE_ACTIVE = Spec(
+    "rocm_gpu_throttle_active",
+    "1 per active throttler, reason the kernel's SMU_THROTTLER_<reason>_BIT name (PPT0..3, SPL, FPPT, SPPT, TDC_GFX, "
+    "TDC_SOC, TDC_MEM, EDC_GFX, TEMP_EDGE, TEMP_HOTSPOT, TEMP_MEM, VRHOT0, PROCHOT_GFX, PPM, FIT...)"
+    + GM
+    + " indep_throttle_status: v1.3, APU v2.2+); inactive reasons have no series"
+    + CACHED,
+    ("pci_bus", "reason"),
+)
+GPU_ACCUMULATION_TICKS = Spec(
+    "rocm_gpu_accumulation_ticks_total",
+    "Ticks of the SMU's accumulation counter" + GM + " accumulation_counter, v1.6+), the time base of the residency "
+    "and violation tick counters; the table gives no tick period" + CACHED,
+    ("pci_bus",),
+    "counter",
+    group="gpu.throttle",
+)
+GPU_THROTTLE_RESIDENCY = Spec(
+    "rocm_gpu_throttle_residency_ticks_total",
+    "Accumulation ticks during which the throttler was active" + GM + " <reason>_residency_acc, v1.6+: prochot, ppt, "
+    "socket_thm, vr_thm, hbm_thm; APU v3.0 throttle_residency_<reason>: prochot, spl, fppt, sppt, thm_core, thm_gfx, "
+    "thm_soc); the fraction of time throttled is its increase over that of rocm_gpu_accumulation_ticks_total" + CACHED,
+    ("pci_bus", "reason"),
+    "counter",
+)
+GPU_ENGINE_ACTIVITY = Spec(
+    "rocm_gpu_engine_activity_ratio",
+    "Busy ratio 0..1 of a media engine of the GPU or partition: mm (the multimedia block, average_mm_activity), vcn "
+    "(video codec) and jpeg, each the mean over the instances the table reports" + GM + " vcn_activity, "
+    "jpeg_activity; a partition's from its XCP's vcn_busy, jpeg_busy)" + CACHED,
+    ("pci_bus", "engine"),
+)
+GPU_XCC_BUSY = Spec(
+    "rocm_gpu_xcc_busy_ratio",
+    "Busy ratio 0..1 of each compute die (XCC) of the GPU or partition, xcc its index within the partition"
+    + GM
+    + " xcp_stats gfx_busy_inst, v1.6+)"
+    + CACHED,
+    ("pci_bus", "xcc"),
+)
+GPU_XCC_VIOLATION = Spec(
+    "rocm_gpu_xcc_violation_ticks_total",
+    "Accumulation ticks the XCCs of the GPU or partition spent in the condition, summed over its XCCs"
+    + GM
+    + " xcp_stats <counter>_acc: gfx_below_host_limit (v1.7), gfx_below_host_limit_ppt, gfx_below_host_limit_thm, "
+    "gfx_below_host_limit_total, gfx_low_utilization (v1.8)); the fraction of time is its increase over that of "
+    "rocm_gpu_accumulation_ticks_total times the partition's XCC count" + CACHED,
+    ("pci_bus", "counter"),
+    "counter",
+)
+GPU_XGMI_WIDTH = Spec(
+    "rocm_gpu_xgmi_link_width_lanes", "XGMI link width" + GM + " xgmi_link_width)" + CACHED, ("pci_bus",)
+)
+GPU_XGMI_SPEED = Spec(
+    "rocm_gpu_xgmi_link_speed_bytes_per_second",
+    "XGMI link speed in bytes per second" + GM + " xgmi_link_speed, Gbps / 8)" + CACHED,
+    ("pci_bus",),
+)
+GPU_XGMI_UP = Spec(
+    "rocm_gpu_xgmi_link_up",
+    "1 when the XGMI link is active, 0 when inactive" + GM + " xgmi_link_status, v1.7+); links the table marks not "
+    "available have no series" + CACHED,
+    ("pci_bus", "link"),
+)
+GPU_XGMI_READ = Spec(
+    "rocm_gpu_xgmi_read_bytes_total",
+    "Bytes read over the XGMI link since the SMU's counter started" + GM + " xgmi_read_data_acc, KB taken as 1024 "
+    "bytes)" + CACHED,
+    ("pci_bus", "link"),
+    "counter",
+)
+GPU_XGMI_WRITE = Spec(
+    "rocm_gpu_xgmi_write_bytes_total",
+    "Bytes written over the XGMI link since the SMU's counter started" + GM + " xgmi_write_data_acc, KB taken as "
+    "1024 bytes)" + CACHED,
+    ("pci_bus", "link"),
+    "counter",
+)
+GPU_PCIE_BANDWIDTH = Spec(
+    "rocm_gpu_pcie_bandwidth_bytes_per_second",
+    "PCIe bandwidth the SMU measured last, bytes per second" + GM + " pcie_bandwidth_inst, GB/s)" + CACHED,
+    ("pci_bus",),
+)
+GPU_PCIE_REPLAY_ROLLOVERS = Spec(
+    "rocm_gpu_pcie_replay_rollovers_total",
+    "PCIe replay number rollovers" + GM + " pcie_replay_rover_count_acc, v1.4+)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_PCIE_RECOVERIES = Spec(
+    "rocm_gpu_pcie_recoveries_total",
+    "PCIe link transitions from L0 to recovery (link retraining)" + GM + " pcie_l0_to_recov_count_acc, v1.4+)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_PCIE_NAKS_SENT = Spec(
+    "rocm_gpu_pcie_naks_sent_total",
+    "PCIe NAKs the GPU sent" + GM + " pcie_nak_sent_count_acc, v1.5+)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_PCIE_NAKS_RECEIVED = Spec(
+    "rocm_gpu_pcie_naks_received_total",
+    "PCIe NAKs the GPU received" + GM + " pcie_nak_rcvd_count_acc, v1.5+)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_PCIE_OTHER_END_RECOVERIES = Spec(
+    "rocm_gpu_pcie_other_end_recoveries_total",
+    "PCIe link recoveries the link partner started" + GM + " pcie_lc_perf_other_end_recovery, v1.6+)" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
+GPU_ENERGY = Spec(
+    "rocm_gpu_energy_joules_total",
+    "Energy the GPU used since its SMU's counter started" + GM + " energy_accumulator times the chip's unit: 1 J "
+    "on Arcturus/MI100, 2^-16 J on every other chip; docs/gpu-metrics.md); restarts with the firmware" + CACHED,
+    ("pci_bus",),
+    "counter",
+)
 # A sick GPU's sysfs files (issue 11): its reads run under a deadline, and a failed read is counted, not silent.
 GPU_SYSFS_READABLE = Spec(
     "rocm_gpu_sysfs_readable",
@@ -126,7 +318,8 @@ GPU_SYSFS_READ_ERRORS = Spec(
     "rocm_gpu_sysfs_read_errors_total",
     "Failed reads of a sysfs file of the GPU since the exporter started; file relative to the GPU's PCI device "
     "directory; error: the errno name (EIO, EACCES, EISDIR, ENOENT for a dangling link...), not_regular_file, "
-    "too_large, unparsable, or out_of_range (a reading outside the physical range of its quantity, rejected)" + CACHED,
+    "too_large, unparsable, out_of_range (a reading outside the physical range of its quantity, rejected), or "
+    "partial (a gpu_metrics table decoded in part: truncated, of a newer or inconsistent revision)" + CACHED,
     ("pci_bus", "file", "error"),
     "counter",
 )
@@ -258,6 +451,34 @@ SCRAPE_DURATION = Spec(
     "Time taken to answer the scrapes of the telemetry path before this one (building the body from the cache)",
     (),
     "summary",
+)
+# The HTTP server's own view of its clients (issue 11): always exported by serve, from zero, built per scrape.
+HTTP_CONNECTIONS = Spec(
+    "rocm_watchdog_http_connections",
+    "Connections open to the HTTP server (TLS handshake, request head, keep-alive idle or being answered); it holds "
+    "at most 512, half of them per client address",
+)
+HTTP_CONNECTIONS_DROPPED = Spec(
+    "rocm_watchdog_http_connections_dropped_total",
+    "Connections the HTTP server closed or refused before the client was done, by reason: header_timeout (TLS "
+    "handshake and request head not in within 10 s), tls_handshake_failed, bad_request, idle_timeout (keep-alive), "
+    "write_timeout, connection_reset (by the client, mid-request), evicted_idle, evicted_head, evicted_write "
+    "(displaced for a newcomer when full), refused_address_share, refused_full",
+    ("reason",),
+    "counter",
+)
+HTTP_REQUESTS = Spec(
+    "rocm_watchdog_http_requests_total",
+    "Requests the HTTP server answered, by status code, its own refusals included (401, 429, 503)",
+    ("code",),
+    "counter",
+)
+HTTP_AUTH_FAILURES = Spec(
+    "rocm_watchdog_http_auth_failures_total",
+    "Requests refused by basic auth (401): no, malformed or wrong credentials; an address past its failure limit "
+    "is answered 429 without a check, counted in rocm_watchdog_http_requests_total",
+    (),
+    "counter",
 )
 HOST_INFO = Spec(
     "rocm_watchdog_host_info",

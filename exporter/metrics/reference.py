@@ -1,15 +1,226 @@
-"""The metric reference, ``docs/metrics.md``, generated from the code: every metric Spec, the device-watchdog
-condition kinds (severity, alert, what fixes them) and the kernel-log classes.
+"""The metric reference, ``docs/metrics.md``, generated from the code: every metric Spec, the metric groups with
+the series each costs per GPU and the alerts that read it, the device-watchdog condition kinds (severity, alert,
+what fixes them) and the kernel-log classes.
 
 ``python -m exporter.metrics.reference > docs/metrics.md`` rewrites it; tests/test_reference.py fails when the
-committed file differs, so a new metric, label or condition cannot land without its reference.
+committed file differs, so a new metric, label, group or condition cannot land without its reference.
+
+The series counts are measured, not estimated: the real sources (sysfs, devices, kernel log) read fake hosts built
+with tests/fakeroot.py (so this runs in a source checkout, as root: the fake hosts have real device nodes) and the
+collector renders them with every group on. The alerts per group are read from the shipped rule files.
 """
 
 from __future__ import annotations
 
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
 from exporter.metrics import names
+from exporter.metrics.groups import GROUPS
 from exporter.model.kernel import AER_SEVERITIES, KERNEL_CLASSES
 from exporter.watchdog.conditions import KINDS
+
+PROJECT = Path(__file__).resolve().parents[2]
+RULE_FILES = (PROJECT / "alerts" / "rocm-watchdog.rules.yml", PROJECT / "alerts" / "rocm-watchdog-coverage.rules.yml")
+_METRIC = re.compile(r"\brocm_[a-z0-9_]+\b")
+
+
+def specs() -> list[names.Spec]:
+    return [s for s in vars(names).values() if isinstance(s, names.Spec)]
+
+
+def alerts_by_group(rule_files: Iterable[Path] = RULE_FILES) -> dict[str, tuple[str, ...]]:
+    """{group: the alerts of the shipped rule files that read one of its families}: what loses its input when the
+    group is off. An alert that reads several groups is under each."""
+    from exporter.yamlfile import safe_load
+
+    group_of = {s.name: s.group for s in specs()}
+    out: dict[str, list[str]] = {}
+    for path in rule_files:
+        for rule_group in safe_load(path.read_text(), str(path))["groups"]:
+            for rule in rule_group["rules"]:
+                if "alert" in rule:
+                    for group in sorted({group_of[m] for m in _METRIC.findall(rule["expr"]) if m in group_of}):
+                        out.setdefault(group, []).append(rule["alert"])
+    return {group: tuple(alerts) for group, alerts in out.items()}
+
+
+# The series costs ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    title: str
+    build: Callable[[ModuleType, Path], Any]  # (the fakeroot module, a directory) -> its FakeRoot
+
+
+HOSTS = (
+    Host(
+        "8x MI210",
+        lambda f, d: f.build_root(d, f.capture_gpus("mi210-8gpu-xgmi-pcie"), [f.FakeOther.bmc()], cpu_nodes=2),
+    ),
+    Host("8x MI300X, SPX", lambda f, d: f.mi300x_node(d, ("SPX",) * 8)),
+    Host("8x MI300X, CPX", lambda f, d: f.mi300x_node(d, ("CPX",) * 8)),
+)
+HOST_NOTES = {
+    "8x MI210": "the 8-GPU XGMI MI210 capture's KFD topology with the fake host's default files (VRAM, busy, "
+    "three temperatures, power, PCIe link, two RAS blocks; no gpu_metrics table)",
+    "8x MI300X, SPX": "`mi300x_node`: the MI300X preset's sysfs files (clocks, power caps, GTT, CPU-visible VRAM, "
+    "PCIe replays, bad pages, partition mode) and a gpu_metrics v1.8 table on each GPU, unpartitioned",
+    "8x MI300X, CPX": "the same GPUs in CPX mode, each with its 8 partitions, which carry their own pci_bus "
+    "(identity, device nodes, XCC activity, kernel-log counters)",
+}
+# What a fake host cannot show: series that come from the tools, from processes or from the kubelet.
+NOTES = {
+    "core": "per host: one per source, state file and HTTP/push counter, build and host info, the baseline; "
+    "per GPU: whether its files were read; conditions only while active",
+    "gpu.topology": "from rocm-smi / amd-smi, which the fake hosts do not run: 3 per linked peer of the GPU "
+    "(21 in an 8-GPU XGMI hive)",
+    "gpu.voltage": "one per hwmon voltage rail: Radeon and APU parts have them, Instinct parts mostly do not",
+    "processes": "per host, not per GPU: 1 + 2 per process of the top N (--processes.top-n, 20: at most 41)",
+    "processes.gpu": "per host: one per process of the top N and GPU it holds VRAM on",
+    "attribution": "one per GPU or partition and container the kubelet allocated it to (--collector.kubernetes), "
+    "one per process of the top N in a pod, one per process of the top N in a Slurm job",
+    "devices": "per card and render node of each GPU and partition: present, accessible, info, a drift series "
+    "per attribute and a policy series per rule; /dev/kfd per host",
+    "kernel": "zero-initialised: one per class and AER severity for every GPU and partition; per host those of "
+    "no known GPU (pci_bus unknown) and the records lost",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    gpus: int  # physical GPUs
+    per_gpu: dict[str, float]  # group -> series with a GPU's or partition's pci_bus, per physical GPU
+    per_host: dict[str, int]  # group -> the other series
+
+
+def _fakeroot() -> ModuleType:
+    tests = PROJECT / "tests"
+    if not (tests / "fakeroot.py").is_file():
+        raise RuntimeError("the series costs are measured on tests/fakeroot.py hosts: run in a source checkout")
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import fakeroot
+
+    return fakeroot
+
+
+@cache
+def series_costs() -> dict[str, Cost]:
+    """{host title: what each group costs there}, from a real collection of the sysfs, devices and kernel-log
+    sources over each host, rendered by the collector with every group on."""
+    import structlog
+
+    from exporter.config import Config
+    from exporter.metrics.collector import RocmCollector
+    from exporter.model.kernel import KernelLogState
+    from exporter.sources.devices import DevicesSource
+    from exporter.sources.sysfs import read_sysfs
+    from exporter.store import SnapshotStore
+
+    fakeroot = _fakeroot()
+    now = 1_700_000_000.0
+    group_of = {s.name.removesuffix("_total") if s.kind == "counter" else s.name: s.group for s in specs()}
+    out: dict[str, Cost] = {}
+    with tempfile.TemporaryDirectory(prefix="rocm-watchdog-reference-") as tmp:
+        for i, host in enumerate(HOSTS):
+            root = host.build(fakeroot, Path(tmp) / str(i))
+            store = SnapshotStore()
+            for source in ("sysfs", "devices", "kernel-log"):
+                store.register(source, 15, 65)
+            with structlog.testing.capture_logs():
+                devices = DevicesSource(root.config(), clock=lambda: now).collect()
+                sysfs = read_sysfs(root.sys)
+            store.record_success("sysfs", sysfs, 0.01, now)
+            store.record_success("devices", devices, 0.01, now)
+            store.record_success("kernel-log", KernelLogState(), 0.01, now)
+            buses = {g.pci_bus for g in sysfs.gpus}
+            gpus = sum(1 for g in sysfs.gpus if g.parent_pci_bus in (None, g.pci_bus))
+            per_gpu: Counter[str] = Counter()
+            per_host: Counter[str] = Counter()
+            for family in RocmCollector(store, Config(nodename="node-1"), lambda: now).collect():
+                group = group_of[family.name]
+                for sample in family.samples:
+                    (per_gpu if sample.labels.get("pci_bus") in buses else per_host)[group] += 1
+            out[host.title] = Cost(gpus, {g: n / gpus for g, n in per_gpu.items()}, dict(per_host))
+    return out
+
+
+def _count(value: float) -> str:
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def _groups_section() -> list[str]:
+    costs = series_costs()
+    alerts = alerts_by_group()
+    families = {g: [s.name for s in specs() if s.group == g] for g in GROUPS}
+    alerting = ", ".join(f"`{n}`" for n, g in GROUPS.items() if g.alerting and g.switchable)
+    out = [
+        "## Metric groups",
+        "",
+        "Every family belongs to one group. `--metrics.disable=GROUP[,GROUP...]` leaves groups out;",
+        "`--metrics.enable-only=GROUP[,GROUP...]` exports only the groups it names, `core`, and the groups the alert",
+        f"rules read ({alerting}: zero-initialised counters that `increase()` must see from the first event) unless",
+        "`--metrics.disable` names them too, so narrowing the telemetry never silences an alert by accident. A prefix",
+        "names every group under it: `gpu` is every `gpu.*` group, `processes` is `processes` and `processes.gpu`.",
+        "Both flags apply to `serve` and `once`, may be repeated, and are keys of the `--config.file` too (a list or",
+        "a comma-separated string); an unknown group is an error that says what was probably meant. `core` is never",
+        "off. A disabled group's families are not built into the exposition at all; the sources still run (stop one",
+        "with `--no-collector.<name>`).",
+        "",
+        "Series per GPU, measured by `series_costs()` in `exporter/metrics/reference.py`: the sysfs, devices and",
+        "kernel-log sources read fake hosts (tests/fakeroot.py), the collector renders them with every group on, and",
+        "each series carrying the `pci_bus` of a GPU or of one of its partitions counts for that GPU; the per-host",
+        f"column counts the others (on {HOSTS[1].title}). The hosts:",
+        "",
+    ]
+    out += [f"- {host.title}: {HOST_NOTES[host.title]}." for host in HOSTS]
+    out += [
+        "",
+        "| group | what: families | " + " | ".join(f"per GPU, {h.title}" for h in HOSTS) + " | per host | alerts that "
+        "lose (part of) their input |",
+        "|---|---|" + "---|" * len(HOSTS) + "---|---|",
+    ]
+    totals = [0.0] * len(HOSTS)
+    host_total = 0
+    for name, group in GROUPS.items():
+        cells = []
+        for i, host in enumerate(HOSTS):
+            value = costs[host.title].per_gpu.get(name, 0.0)
+            totals[i] += value
+            cells.append(_count(value))
+        per_host = costs[HOSTS[1].title].per_host.get(name, 0)
+        host_total += per_host
+        fed = alerts.get(name, ())
+        fed_cell = "all of them: never off" if not group.switchable else ", ".join(fed) or "none"
+        out.append(
+            f"| `{name}`{'' if group.switchable else ' (always)'} | {_cell(group.description)}: "
+            + ", ".join(f"`{f}`" for f in families[name])
+            + f" | {' | '.join(cells)} | {per_host} | {fed_cell} |"
+        )
+    out.append(f"| all | | {' | '.join(_count(t) for t in totals)} | {host_total} | |")
+    out += ["", "What the fake hosts cannot show, by group:", ""]
+    out += [f"- `{group}`: {note}." for group, note in NOTES.items()]
+    out += [
+        "",
+        "Example: everything but clocks, voltages and XGMI, and no per-process series:",
+        "",
+        "```",
+        "rocm-watchdog serve --metrics.disable=gpu.clocks,gpu.voltage,gpu.xgmi,processes",
+        "```",
+        "",
+    ]
+    return out
+
 
 _SECTIONS = (
     ("GPU state", "rocm_gpu", "rocm_process"),
@@ -31,7 +242,7 @@ def _cell(text: str) -> str:
 
 
 def render() -> str:
-    specs = [s for s in vars(names).values() if isinstance(s, names.Spec)]
+    every = specs()
     out = [
         "# Metric reference",
         "",
@@ -41,12 +252,13 @@ def render() -> str:
         "addition. An empty label value means the label is absent (e.g. `pci_bus` of `/dev/kfd`).",
         "",
     ]
+    out += _groups_section()
     for title, *_ in _SECTIONS:
-        rows = [s for s in specs if _section(s.name) == title]
-        out += [f"## {title}", "", "| metric | type | labels | meaning |", "|---|---|---|---|"]
+        rows = [s for s in every if _section(s.name) == title]
+        out += [f"## {title}", "", "| metric | type | labels | group | meaning |", "|---|---|---|---|---|"]
         for s in rows:
             labels = ", ".join(f"`{label}`" for label in s.labels) or "none"
-            out.append(f"| `{s.name}` | {s.kind} | {labels} | {_cell(s.help)} |")
+            out.append(f"| `{s.name}` | {s.kind} | {labels} | `{s.group}` | {_cell(s.help)} |")
         out.append("")
         if title == "The exporter itself":
             out += [

@@ -6,7 +6,7 @@ by its PCI address. Numbers (card, render, KFD node, gids) are data that the dri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from exporter.model.gpu import SysfsSnapshot
@@ -236,7 +236,7 @@ class DeviceWatchState:
     devices: DevicesSnapshot
     baseline: Baseline | None
     conditions: tuple[Condition, ...]
-    collected_at: float
+    collected_at: float = field(compare=False)  # when, not what: two equal states are equal whenever read
     baseline_corrupt: StateFileProblem | None = None  # no usable baseline until ``baseline accept``
     baseline_created: bool = False  # this collection wrote the first baseline
     baseline_unsaved: bool = False  # the baseline lives in memory only: the state dir refused the write

@@ -63,6 +63,79 @@ class GpuTelemetry:
 
 
 @dataclass(frozen=True, slots=True)
+class XcpActivity:
+    """One partition's (XCP's) activity from its physical GPU's ``gpu_metrics`` table (``xcp_stats``, v1.6+; the
+    top-level per-XCC arrays of v1.9). A partition has no telemetry files of its own: this is all it gets.
+
+    ``index`` is the XCP index, which is the partition index (``GpuIdentity.partition_index``; 0 for an
+    unpartitioned GPU). Values the table marks "not available" are left out, never 0.
+    """
+
+    index: int
+    xcc_busy_ratios: tuple[tuple[int, float], ...] = ()  # (XCC index within the partition, gfx_busy_inst / 100)
+    vcn_busy_ratio: float | None = None  # mean vcn_busy / 100 over the instances the table reports
+    jpeg_busy_ratio: float | None = None  # mean jpeg_busy / 100 over the engines the table reports
+    # (kernel field without "_acc": gfx_below_host_limit, gfx_below_host_limit_ppt, ..., gfx_low_utilization;
+    # accumulation ticks summed over the partition's XCCs), v1.7+
+    xcc_violation_ticks: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def busy_ratio(self) -> float | None:
+        """The mean gfx busy ratio of the partition's XCCs."""
+        if not self.xcc_busy_ratios:
+            return None
+        return sum(r for _, r in self.xcc_busy_ratios) / len(self.xcc_busy_ratios)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMetricsReading:
+    """The normalised readings of one physical GPU's binary ``device/gpu_metrics`` table (issue 10 item 2), in
+    base units. Each field is None (or empty) when the table's revision has no such field or marks it "not
+    available"; see docs/gpu-metrics.md for the fields each revision has and their units.
+
+    Readings sysfs also gives (clocks, temperatures, power, PCIe link, replays, busy) are kept here as the table
+    says them; the metrics layer exports them only where sysfs/hwmon gave none.
+    """
+
+    format_revision: int
+    content_revision: int
+    # indep_throttle_status (v1.3, v2.2+), else throttle_status (ASIC-specific bits): None when the table has
+    # neither or marks it not available; throttle_reasons names the set indep_throttle_status bits
+    throttle_status: int | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    accumulation_ticks: int | None = None  # accumulation_counter (v1.6+): the clock the residency counters tick by
+    # (kernel field stem: prochot, ppt, socket_thm, vr_thm, hbm_thm (v1.6+); v3.0: prochot, spl, fppt, sppt,
+    # thm_core, thm_gfx, thm_soc; ticks)
+    throttle_residency_ticks: tuple[tuple[str, int], ...] = ()
+    gfx_activity_ratio: float | None = None  # average_gfx_activity
+    umc_activity_ratio: float | None = None  # average_umc_activity (memory controller)
+    mm_activity_ratio: float | None = None  # average_mm_activity (multimedia block)
+    vcn_activity_ratio: float | None = None  # mean vcn_activity (v1.4, v1.5), average_vcn_activity (v3.0)
+    jpeg_activity_ratio: float | None = None  # mean jpeg_activity (v1.5)
+    xcps: tuple[XcpActivity, ...] = ()  # per partition, in XCP order
+    xgmi_link_width: int | None = None
+    xgmi_link_speed_bytes_per_second: float | None = None
+    xgmi_read_bytes: tuple[tuple[int, int], ...] = ()  # (link index, bytes read since the counter started)
+    xgmi_write_bytes: tuple[tuple[int, int], ...] = ()
+    xgmi_link_active: tuple[tuple[int, bool], ...] = ()  # (link index, up) from xgmi_link_status, v1.7+
+    pcie_link_width: int | None = None
+    pcie_link_speed_gts: float | None = None
+    pcie_bandwidth_bytes_per_second: float | None = None  # pcie_bandwidth_inst
+    pcie_replays: int | None = None  # pcie_replay_count_acc
+    pcie_replay_rollovers: int | None = None  # pcie_replay_rover_count_acc
+    pcie_recoveries: int | None = None  # pcie_l0_to_recov_count_acc
+    pcie_naks_sent: int | None = None
+    pcie_naks_received: int | None = None
+    pcie_other_end_recoveries: int | None = None  # pcie_lc_perf_other_end_recovery, v1.6+
+    energy_joules: float | None = None  # energy_accumulator x the chip's unit
+    energy_unit_joules: float | None = None  # the unit used, from the device id (see energy_unit_joules)
+    clocks_hertz: tuple[tuple[str, float], ...] = ()  # (sysfs domain name: sclk, mclk, socclk...; hertz)
+    temperatures_celsius: tuple[tuple[str, float], ...] = ()  # (hwmon-style sensor name: edge, junction, mem...)
+    power_watts: float | None = None  # socket power: current where the table has it, else average
+    warning: str | None = None  # the decoder's one warning (truncated, newer or inconsistent revision)
+
+
+@dataclass(frozen=True, slots=True)
 class KfdNode:
     """One GPU node of the KFD topology (CPU nodes are not kept)."""
 
@@ -113,6 +186,11 @@ class GpuIdentity:
     pcie_link_width: int | None = None
     ras: tuple[RasCount, ...] = ()
     telemetry: GpuTelemetry = GpuTelemetry()
+    # the PCI function's gpu_metrics table (None: no file, unreadable, or not decodable); partitions have none
+    gpu_metrics: GpuMetricsReading | None = None
+    # this GPU's or partition's XCP activity from its physical GPU's gpu_metrics (partition_index, 0 when
+    # unpartitioned); None when the table has no per-XCP arrays
+    xcp: XcpActivity | None = None
     # how the per-interval read of the PCI function's files went: "ok"; "timeout" (not done within the deadline,
     # or an earlier read is still stuck and no new one was started: the state fields are then empty and the
     # identity is the last one read); "error" (every file read failed, or the read itself failed). None when
@@ -124,13 +202,16 @@ class GpuIdentity:
 class SysfsReadErrors:
     """Failed reads of one file: ``error`` is the errno name (``EIO``, ``EACCES``, ``EISDIR``, ``ENOENT`` for a
     dangling link...), ``not_regular_file`` (a FIFO or device node), ``too_large``, ``unparsable`` or
-    ``out_of_range`` (a well-formed reading outside the physical range of its quantity)."""
+    ``out_of_range`` (a well-formed reading outside the physical range of its quantity) or ``partial``
+    (a ``gpu_metrics`` table decoded only in part: truncated, of a newer or inconsistent revision)."""
 
     pci_bus: str  # the GPU whose files were read; "" for a file of no GPU (KFD topology, class/drm)
     file: str  # relative to the GPU's PCI function directory, else to the sysfs root
     error: str
     count: int = 1
     detail: str = ""  # the last message (strerror, the rejected value), for the log
+    # what tells errors counted together apart for the log, which names each once (a gpu_metrics revision)
+    variant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,39 +4,55 @@ One asyncio loop in its own thread accepts, reads request heads, checks auth and
 (rendering, readiness) run on a small pool of worker threads, bcrypt on another, so neither a slow client nor
 a slow handler ever holds the accept loop. The rules, all enforced by the loop:
 
-- **Accept always.** The kernel's listen queue (``backlog``, up to somaxconn) is drained as fast as
-  connections come, so a burst of scrapers never waits for a SYN retransmit; what is over a limit is closed
-  right after accept, not left in the queue.
+- **Accept always, serve as they come.** The kernel's listen queue (``backlog``, up to somaxconn) is drained as
+  fast as connections come, so a burst of scrapers never waits for a SYN retransmit; what is over a limit is
+  closed right after accept (a 503 when plain HTTP), not left in the queue. The loop turns every
+  ``ACCEPTS_PER_TURN`` accepted connections, so requests already in their sockets are answered before the next
+  thousand are accepted.
 - **Whole-head deadline.** A connection has ``header_timeout`` from accept for its TLS handshake and its
   whole first request head, and the same from the first byte of each later request: not per read, so one
   byte a second buys nothing. Between requests a keep-alive connection may idle for ``idle_timeout``; it
   costs a socket and no thread.
 - **Fair share of connections.** At most ``max_connections`` open; no client address (an IPv6 /64 counts as
-  one) holds more than half of them. When the server is full, a newcomer displaces an idle or still-sending-
-  its-head connection of the address holding the most (idle before slow, oldest first), unless the newcomer's
-  own address would then hold as many; connections being answered are never displaced.
+  one) holds more than half of them (503 beyond). When the server is full, a newcomer displaces a connection of
+  the address holding the most, unless the newcomer's own address would then hold as many: idle ones first,
+  then slow ones (a head still incomplete after ``SLOW_AFTER_SECONDS``, then a response not taken for as long),
+  oldest first. When there is none, the server is full of clients that just connected (a burst of scrapers):
+  accepting pauses up to ``ROOM_WAIT_SECONDS`` for one of them to finish, the next ones waiting in the kernel's
+  queue; only if none does is a head just begun displaced, or the newcomer refused (503). A connection whose
+  request is being handled is never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
   running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
-  of 0.1 s for a slot, 0 for no limit), and one address gets at most half of them. Writing the cached bytes
-  out is not work: it is bounded by ``write_timeout`` and by one chunk of buffer per connection. A handler
-  that keeps answering in under a millisecond (bytes from the exposition cache) runs on the loop instead, one
-  request at a time, so a burst of scrapers never queues for workers; one slow run sends it back to them.
+  of 1 s for a slot, 0 for no limit), and one address gets at most half of them; a freed slot goes to the
+  waiting addresses in turn, so a scraper waits for one request of each other address at most. Writing the
+  cached bytes out is not work: it is bounded by ``write_timeout`` and by one chunk of buffer per connection. A
+  handler that keeps answering within ``INLINE_BELOW_SECONDS`` (bytes from the exposition cache) runs on the
+  loop instead, one request at a time, so a burst of scrapers never queues for workers; one slow run sends it
+  back to them.
 - **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory, the
-  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond).
-- **Client faults are counted, not thrown.** Each kind (timeouts, malformed requests, TLS failures,
-  refusals) is counted in ``stats()`` and logged at most once a minute per kind, never with a traceback.
+  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond). An address
+  whose credentials failed ``AUTH_FAILURES_PER_ADDRESS`` times within ``AUTH_FAILURE_WINDOW_SECONDS`` is
+  answered 429 without a bcrypt (a leaky bucket: then one attempt every few seconds); other addresses are not.
+- **Client faults are counted, not thrown.** Each kind (the head deadline, malformed requests, TLS failures,
+  resets, refusals, displacements, auth failures) is counted in ``stats()`` (the exporter's
+  ``rocm_watchdog_http_*`` metrics) and logged as one line: the first at once, then at most one a minute per
+  kind with the count of those not logged, never with a traceback (the loop's exception handler and asyncio's
+  own logger included).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
+import logging
+import math
 import socket
 import ssl
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +63,7 @@ from typing import Any
 
 from exporter.logging import get_logger
 from exporter.server.auth import BasicAuth, Verdict
+from exporter.server.stats import ServerStats, StatsView
 
 log = get_logger("http")
 
@@ -55,14 +72,37 @@ log = get_logger("http")
 # the throughput of 1.4 MB bodies at 100 connections (more loop turns per byte); 1 MiB gained nothing more.
 CHUNK_BYTES = 256 * 1024
 AUTH_PENDING_PER_ADDRESS = 2
+# Brute force: each failed check of an address's credentials fills its bucket by one, which leaks this many per
+# window; a full bucket is answered 429 without a bcrypt. A burst of 10 guesses, then one every 6 s: a scraper
+# with a wrong password (one try per scrape interval) keeps getting its 401s, a guesser gets 10 a minute.
+AUTH_FAILURES_PER_ADDRESS = 10
+AUTH_FAILURE_WINDOW_SECONDS = 60.0
+AUTH_TRACKED_ADDRESSES = 4096  # buckets kept at most; empty ones are dropped first
+# A head still incomplete this long after it began is slow (a scraper's arrives in one segment, within a round
+# trip); so is a response the client has not taken for as long. Slow ones are displaced before fresh ones.
+SLOW_AFTER_SECONDS = 1.0
+# When full of connections that just began and none is idle or slow, an accept loop waits this long for one to
+# close before displacing one of them (or refusing the newcomer); the kernel's queue holds the next meanwhile.
+ROOM_WAIT_SECONDS = 0.2
+ACCEPTS_PER_TURN = 16  # connections accepted before the loop turns to those it accepted
 # A handler that answered this fast this many times in a row on a worker runs on the loop from then on, until
-# one run is slower (see HttpServer._run_inline).
-INLINE_BELOW_SECONDS = 0.001
+# one run is slower (see HttpServer._run_inline). The cached exposition takes 0.05 ms for its bytes, plus the
+# sections built per scrape (the exporter's own process and HTTP series: 0.6 ms in text, 1.2 ms with gzip, on 8
+# GPUs), and twice that on a loaded 2-CPU machine: at 1 ms a burst of 1000 scrapes went to the workers and 75 % of
+# it was refused at --web.max-requests, where on the loop every one is answered within a second.
+INLINE_BELOW_SECONDS = 0.005
 INLINE_AFTER_FAST_RUNS = 8
 # Past max_requests a request waits this long for a slot before its 503: a burst of scrapers arriving together
-# (100 at once, before the first is answered) is served, a sustained overload is still refused.
-MAX_REQUESTS_GRACE_SECONDS = 0.1
+# (1000 at once, from 100 addresses: a slot goes to each waiting address in turn) is served, a sustained
+# overload is still refused. At 0.1 s a scraper arriving behind such a burst got a 503 now and then.
+MAX_REQUESTS_GRACE_SECONDS = 1.0
 LOG_EVERY_SECONDS = 60.0
+HOUSEKEEPING_SECONDS = 10.0  # suppressed log counts flushed, emptied auth buckets dropped
+# Client faults that mean the server is at a limit or under attack: logged as warnings, the rest as info.
+_WARN_KINDS = frozenset(
+    {"refused_full", "refused_address_share", "evicted_idle", "evicted_head", "evicted_write", "accept_failed"}
+    | {"auth_locked", "max_requests"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +156,19 @@ class _State(Enum):
     HANDSHAKE = "handshake"
     HEAD = "head"
     IDLE = "idle"
-    BUSY = "busy"
+    BUSY = "busy"  # the request is being checked or handled
+    WRITE = "write"  # the response is being written
 
 
 class _Conn:
-    __slots__ = ("client", "evicted", "since", "state", "task")
+    __slots__ = ("client", "evicted", "since", "sock", "started", "state", "task")
 
-    def __init__(self, client: str, now: float) -> None:
+    def __init__(self, client: str, now: float, sock: socket.socket) -> None:
         self.client = client
         self.state = _State.HEAD
         self.since = now
+        self.sock = sock
+        self.started = False  # its task has run: the task closes the socket from then on
         self.evicted = False
         self.task: asyncio.Task[None] | None = None
 
@@ -188,6 +231,22 @@ def _wants_keep_alive(request: Request) -> bool:
     return "close" not in tokens
 
 
+class _OneLine(logging.Handler):
+    """asyncio's own logger, as one structured line without the traceback it may carry: in this process it only
+    speaks about connections (a write after a connection was lost, a failed handshake in debug mode)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            log.warning("asyncio_message", message=record.getMessage()[:300], level_name=record.levelname)
+
+
+def _asyncio_log_in_one_line() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(handler, _OneLine) for handler in logger.handlers):
+        logger.addHandler(_OneLine())
+        logger.propagate = False
+
+
 class HttpServer:
     """Serve ``handler`` on already-listening sockets; ``start()`` runs the loop in a daemon thread."""
 
@@ -201,6 +260,7 @@ class HttpServer:
         limits: Limits | None = None,
         on_accept: Callable[[], None] | None = None,
         extra_headers: tuple[tuple[str, str], ...] = (),
+        stats: ServerStats | None = None,
     ) -> None:
         if not listeners:
             raise ValueError("no listening socket")
@@ -216,10 +276,12 @@ class HttpServer:
         self._in_flight = 0
         self._in_flight_by: Counter[str] = Counter()
         self._auth_pending: Counter[str] = Counter()
-        self._errors: Counter[str] = Counter()
+        self._auth_buckets: dict[str, tuple[float, float]] = {}  # address -> (failures not leaked yet, when)
+        self.counters = stats or ServerStats()  # what the exporter's rocm_watchdog_http_* metrics show
         self._fast_runs = {True: 0, False: 0}  # limited paths or not -> handler runs under 1 ms in a row
-        self._slot_waiters: list[asyncio.Future[None]] = []  # requests waiting out MAX_REQUESTS_GRACE_SECONDS
-        self._logged: dict[str, tuple[float, int]] = {}  # kind -> (last logged at, count then)
+        # address -> its requests waiting for a slot (up to MAX_REQUESTS_GRACE_SECONDS), addresses in turn order
+        self._slot_waiters: dict[str, deque[asyncio.Future[bool]]] = {}
+        self._logged: dict[str, tuple[float, int]] = {}  # kind -> (last logged at, how many of it then)
         self._date = (0, "")
         self._workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="http-worker")
         # Everything but limited_paths (/healthz, /, 404s): cheap, and never queued behind slow scrapes.
@@ -227,6 +289,8 @@ class HttpServer:
         self._auth_pool = ThreadPoolExecutor(self.limits.auth_workers, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._freed = asyncio.Event()  # a connection closed (for an accept loop waiting for room)
+        self._no_room_until = 0.0  # loop time until which a fresh head is displaced without waiting for room
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
 
@@ -276,20 +340,15 @@ class HttpServer:
         self._on_accept = on_accept
         self._extra_headers = extra_headers
 
-    def stats(self) -> dict[str, Any]:
-        """Open connections by state, requests in flight, client errors by kind (for health metrics)."""
-        states = Counter(c.state.value for conns in list(self._conns.values()) for c in list(conns))
-        return {
-            "connections": self._open,
-            "connections_by_state": dict(states),
-            "addresses": len(self._conns),
-            "requests_in_flight": self._in_flight,
-            "client_errors": dict(self._errors),
-        }
+    def stats(self) -> StatsView:
+        """Open connections, connections dropped by reason, requests by status, auth failures, client faults by
+        kind: a consistent copy, from any thread."""
+        return self.counters.view()
 
     # --- the loop ---------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        _asyncio_log_in_one_line()
         loop = asyncio.new_event_loop()
         loop.set_exception_handler(self._loop_exception)
         self._loop = loop
@@ -303,96 +362,206 @@ class HttpServer:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         accepters = [asyncio.create_task(self._accept(sock)) for sock in self.listeners]
+        housekeeping = asyncio.create_task(self._housekeeping())
         self._ready.set()
         await self._stop.wait()
-        for task in accepters:
+        for task in (*accepters, housekeeping):
             task.cancel()
         tasks = [c.task for conns in self._conns.values() for c in conns if c.task is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*accepters, *tasks, return_exceptions=True)
+        await asyncio.gather(*accepters, housekeeping, *tasks, return_exceptions=True)
+        self._flush_log(force=True)
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Instead of asyncio's default handler (which logs a traceback): a client's connection that went wrong
+        is one more client fault; anything else is one line, still without a traceback."""
         exc = context.get("exception")
-        if isinstance(exc, (OSError, asyncio.CancelledError)):  # a client's connection went wrong
-            self._note("transport_error")
+        if isinstance(exc, (OSError, asyncio.CancelledError)):
+            self._note("transport_error", error=type(exc).__name__)
             return
         log.error("http_loop_error", message=context.get("message"), error=repr(exc))
 
-    def _note(self, kind: str) -> None:
-        """Count a client fault; log it once, then at most once a minute per kind with the count since."""
-        self._errors[kind] += 1
+    # --- client faults: counted, logged once a minute per kind --------------------------------------------
+
+    def _drop(self, reason: str, client: str, **detail: object) -> None:
+        """The server closed or refused a connection before its client was done: one of stats.DROP_REASONS."""
+        self.counters.dropped(reason)
+        self._note(reason, client=client, **detail)
+
+    def _note(self, kind: str, **detail: object) -> None:
+        """Count a client fault; log the first of its kind at once, then at most one line a minute per kind,
+        saying how many were not logged since the last line (``_flush_log`` says it when no new one comes)."""
+        count = self.counters.event(kind)
+        last = self._logged.get(kind)
         now = time.monotonic()
-        last_at, last_count = self._logged.get(kind, (-LOG_EVERY_SECONDS, 0))
-        if now - last_at >= LOG_EVERY_SECONDS:
-            self._logged[kind] = (now, self._errors[kind])
-            log.info("http_client_error", kind=kind, count=self._errors[kind] - last_count)
+        if last is None or now - last[0] >= LOG_EVERY_SECONDS:
+            self._logged[kind] = (now, count)
+            self._log(kind, count, count - 1 - (last[1] if last is not None else 0), detail)
+
+    def _flush_log(self, force: bool = False) -> None:
+        now = time.monotonic()
+        for kind, (at, logged) in list(self._logged.items()):
+            count = self.counters.events_of(kind)
+            if count > logged and (force or now - at >= LOG_EVERY_SECONDS):
+                self._logged[kind] = (now, count)
+                self._log(kind, count, count - logged, {})
+
+    @staticmethod
+    def _log(kind: str, total: int, not_logged: int, detail: Mapping[str, object]) -> None:
+        emit = log.warning if kind in _WARN_KINDS else log.info
+        # suppressed: faults of this kind since the previous line that had no line of their own (0 on the first)
+        emit("http_client_error", kind=kind, total=total, suppressed=not_logged, **detail)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_SECONDS)
+            self._flush_log()
+            now = asyncio.get_running_loop().time()
+            for client in [c for c in self._auth_buckets if self._auth_level(c, now) <= 0]:
+                del self._auth_buckets[client]
+
+    # --- accepting, fair shares ---------------------------------------------------------------------------
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        accepted = 0
         while True:
             try:
                 sock, peer = await loop.sock_accept(listener)
             except OSError as exc:
-                # Out of fds or memory: count it and back off a little instead of spinning on the listener.
-                self._note(f"accept_failed_{exc.errno}")
+                # Out of fds or memory: say so and back off a little instead of spinning on the listener.
+                self._note("accept_failed", error=errno.errorcode.get(exc.errno or 0, str(exc.errno)))
                 await asyncio.sleep(0.1)
                 continue
-            if self._on_accept is not None:
-                self._on_accept()
+            on_accept = self._on_accept
+            if on_accept is not None:
+                on_accept()
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 # asyncio sets this only for sockets whose proto says TCP, which an accepted socket of a
                 # listener made without one (or passed by systemd) does not: Nagle would then hold the tail
                 # of a response for the client's delayed ACK, 40 ms.
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._admit(sock, client_key(sock.family, peer))
+            await self._admit(sock, client_key(sock.family, peer))
+            # sock_accept returns without a turn of the loop while the kernel's queue holds connections: a burst
+            # of 1000 would all be accepted, and the cap reached, before the first request (already in its
+            # socket) is read. A turn every few accepts answers them as they come (a turn after each one halved
+            # the rate of 100 clients that connect for every request).
+            accepted += 1
+            if accepted % ACCEPTS_PER_TURN == 0:
+                await asyncio.sleep(0)
 
-    def _admit(self, sock: socket.socket, client: str) -> None:
+    async def _admit(self, sock: socket.socket, client: str) -> None:
         limits = self.limits
         held = len(self._conns.get(client, ()))
         if held >= limits.connections_per_address:
-            self._refuse(sock, "refused_address_share")
-            return
-        if self._open >= limits.max_connections and not self._evict_for(client, held):
-            self._refuse(sock, "refused_full")
+            self._refuse(sock, "refused_address_share", client)
             return
         loop = asyncio.get_running_loop()
-        conn = _Conn(client, loop.time())
+        if self._open >= limits.max_connections and not await self._make_room(sock, client, held):
+            self._refuse(sock, "refused_full", client)
+            return
+        conn = _Conn(client, loop.time(), sock)
         self._conns.setdefault(client, set()).add(conn)
         self._open += 1
+        self.counters.connections(self._open)
         conn.task = loop.create_task(self._serve(conn, sock))
 
-    def _refuse(self, sock: socket.socket, kind: str) -> None:
-        self._note(kind)
+    def _refuse(self, sock: socket.socket, reason: str, client: str) -> None:
+        self._drop(reason, client)
         if self._ssl is None:  # plain HTTP: say why, best effort, without waiting
+            with contextlib.suppress(OSError):
+                # What the client sent already is read first: closing a socket with unread bytes resets the
+                # connection, and the client would see the reset instead of the 503.
+                sock.recv(65536, socket.MSG_DONTWAIT)
             with contextlib.suppress(OSError):
                 sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         sock.close()
 
-    def _evict_for(self, client: str, held: int) -> bool:
-        """Make room for ``client`` (holding ``held``) by dropping an idle, then a slow, connection of the
-        address holding the most; False when that would only move the excess to ``client``."""
-        for other, conns in sorted(self._conns.items(), key=lambda item: len(item[1]), reverse=True):
+    async def _make_room(self, sock: socket.socket, client: str, held: int) -> bool:
+        """The server is full: displace a connection for ``client`` or wait a little for one to close; False
+        when the newcomer is to be refused."""
+        loop = asyncio.get_running_loop()
+        pressed = loop.time() < self._no_room_until
+        evicted = self._evict_for(client, held, fresh=pressed)
+        if evicted:
+            return True
+        if pressed or (evicted is False and self._holds_slow(client, loop.time())):
+            # Nothing to displace for it, or its address holds as many as any and slow ones among them: more of
+            # the same.
+            return False
+        # Full of connections being answered or just begun: a burst of clients that connected together and are
+        # sending their requests, one of which is done in a moment. Until then the next connections wait in the
+        # kernel's queue (this loop accepts no other). If none is done in time they are not that: from then on,
+        # for as long as it takes a head to become slow, a head just begun is displaced without waiting.
+        try:
+            await self._room(ROOM_WAIT_SECONDS)
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        if self._open < self.limits.max_connections:
+            return True
+        self._no_room_until = loop.time() + SLOW_AFTER_SECONDS
+        return bool(self._evict_for(client, len(self._conns.get(client, ())), fresh=True))
+
+    def _holds_slow(self, client: str, now: float) -> bool:
+        return any((rank := self._rank(c, now)) is not None and rank <= 2 for c in self._conns.get(client, ()))
+
+    async def _room(self, timeout: float) -> None:
+        """Until a connection closes (or ``timeout``)."""
+        self._freed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._freed.wait(), timeout)
+
+    @staticmethod
+    def _rank(conn: _Conn, now: float) -> int | None:
+        """Which connections go first when the server is full (lowest first); None: never displaced."""
+        if conn.evicted:
+            return None
+        slow = now - conn.since >= SLOW_AFTER_SECONDS
+        if conn.state is _State.IDLE:
+            return 0
+        if conn.state in (_State.HEAD, _State.HANDSHAKE):
+            return 1 if slow else 3
+        if conn.state is _State.WRITE and slow:
+            return 2
+        return None
+
+    def _evict_for(self, client: str, held: int, fresh: bool) -> bool | None:
+        """Make room for ``client`` (holding ``held``) by displacing a connection of the address holding the
+        most that has one to give (see ``_rank``; a head just begun only when ``fresh``): True. False when the
+        heaviest address holds no more than ``client`` would (refuse the newcomer); None when the addresses
+        heavier than ``client`` hold nothing to displace now."""
+        now = asyncio.get_running_loop().time()
+        worst = 3 if fresh else 2
+        passed = False  # an address heavier than client's had nothing to displace
+        for other, conns in sorted(self._conns.items(), key=lambda item: -len(item[1])):
             if other != client and len(conns) <= held + 1:
-                return False
-            evictable = [c for c in conns if c.state is not _State.BUSY and not c.evicted]
-            if not evictable:
+                return None if passed else False
+            ranked = [(rank, c.since, c) for c in conns if (rank := self._rank(c, now)) is not None and rank <= worst]
+            if not ranked:
+                passed = passed or other != client
                 continue
-            victim = min(evictable, key=lambda c: (c.state is not _State.IDLE, c.since))
+            victim = min(ranked, key=lambda item: (item[0], item[1]))[2]
             victim.evicted = True
             self._forget(victim)
             if victim.task is not None:
                 victim.task.cancel()
-            self._note("evicted_" + victim.state.value)
+            if not victim.started:  # cancelled before it ran: its finally will never close the socket
+                victim.sock.close()
+            state = "head" if victim.state is _State.HANDSHAKE else victim.state.value
+            self._drop(f"evicted_{state}", victim.client, newcomer=client)
             return True
-        return False
+        return None
 
     def _forget(self, conn: _Conn) -> None:
         conns = self._conns.get(conn.client)
         if conns is not None and conn in conns:
             conns.discard(conn)
             self._open -= 1
+            self.counters.connections(self._open)
+            self._freed.set()
             if not conns:
                 del self._conns[conn.client]
 
@@ -403,6 +572,7 @@ class HttpServer:
     # --- one connection ---------------------------------------------------------------------------------
 
     async def _serve(self, conn: _Conn, sock: socket.socket) -> None:
+        conn.started = True
         loop = asyncio.get_running_loop()
         limits = self.limits
         deadline = loop.time() + limits.header_timeout_seconds
@@ -411,15 +581,21 @@ class HttpServer:
         try:
             reader = asyncio.StreamReader(limit=limits.max_head_bytes)
             protocol = asyncio.StreamReaderProtocol(reader)
-            if self._ssl is not None:
+            context = self._ssl
+            if context is not None:
                 self._set(conn, _State.HANDSHAKE)
                 transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self._ssl, ssl_handshake_timeout=max(0.1, deadline - loop.time())
+                    lambda: protocol, sock, ssl=context, ssl_handshake_timeout=max(0.1, deadline - loop.time())
                 )
             else:
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            transport.set_write_buffer_limits(high=0)  # drain() waits until the kernel took every byte
+            # drain() waits until the kernel took every byte. Not so over TLS: asyncio's TLS transport pauses its
+            # writer while its buffer holds at least ``high`` bytes, so at 0 it stays paused with an empty buffer
+            # and drain() waits for the client's next bytes (for a response with "Connection: close", until the
+            # write timeout, the connection open). At 1 it pauses while any byte waits for the TCP transport,
+            # which buffers up to 64 KiB.
+            transport.set_write_buffer_limits(high=0 if context is None else 1)
             first = b""
             while True:
                 self._set(conn, _State.HEAD)
@@ -428,14 +604,16 @@ class HttpServer:
                 try:
                     request = parse_head(head, conn.client)
                 except _BadRequest as bad:
-                    self._note(bad.kind)
+                    self._drop("bad_request", conn.client, detail=bad.kind, status=bad.status)
                     response = Response(bad.status, HTTPStatus(bad.status).phrase.encode() + b"\n")
+                    self._set(conn, _State.WRITE)
                     await asyncio.wait_for(self._write(writer, None, response, False), limits.write_timeout_seconds)
                     clean = True
                     return
                 response = await self._respond(request)
                 keep = _wants_keep_alive(request) and not request.has_body and response.status < 500
                 keep = keep and self._stop is not None and not self._stop.is_set()
+                self._set(conn, _State.WRITE)
                 await asyncio.wait_for(self._write(writer, request, response, keep), limits.write_timeout_seconds)
                 if not keep:
                     clean = True
@@ -445,25 +623,33 @@ class HttpServer:
                 deadline = loop.time() + limits.header_timeout_seconds
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
-                self._note("incomplete_request")
+                self._drop("connection_reset", conn.client, detail="closed_mid_head")
             else:
                 clean = True  # closed between requests, or a TCP probe that sends nothing
         except asyncio.TimeoutError:
-            kinds = {_State.HANDSHAKE: "tls_handshake_timeout", _State.HEAD: "header_timeout"}
-            self._note(kinds.get(conn.state, "idle_timeout" if conn.state is _State.IDLE else "write_timeout"))
+            if conn.state in (_State.HANDSHAKE, _State.HEAD):
+                self._drop("header_timeout", conn.client, phase=conn.state.value)
+            elif conn.state is _State.IDLE:
+                self._drop("idle_timeout", conn.client)
+            else:
+                self._drop("write_timeout", conn.client)
         except asyncio.LimitOverrunError:
-            self._note("request_head_too_large")
+            self._drop("bad_request", conn.client, detail="request_head_too_large", status=431)
             if writer is not None:
                 with contextlib.suppress(Exception):
+                    self._set(conn, _State.WRITE)
                     response = Response(431, b"Request Header Fields Too Large\n")
                     await asyncio.wait_for(self._write(writer, None, response, False), 1.0)
         except asyncio.CancelledError:
             pass  # displaced by a newcomer (counted there) or the server stopping
         except OSError as exc:  # ssl.SSLError too; a handshake past its deadline is a ConnectionAbortedError
-            if conn.state is _State.HANDSHAKE:
-                self._note("tls_handshake_failed")
+            if conn.state is _State.HANDSHAKE and loop.time() >= deadline - 0.01:
+                self._drop("header_timeout", conn.client, phase=conn.state.value)
+            elif conn.state is _State.HANDSHAKE:
+                reason = getattr(exc, "reason", None) or type(exc).__name__
+                self._drop("tls_handshake_failed", conn.client, error=str(reason))
             else:
-                self._note("tls_error" if isinstance(exc, ssl.SSLError) else "connection_error")
+                self._drop("connection_reset", conn.client, error=type(exc).__name__)
         finally:
             self._forget(conn)
             if writer is None:
@@ -476,51 +662,31 @@ class HttpServer:
     async def _respond(self, request: Request) -> Response:
         loop = asyncio.get_running_loop()
         client = request.client
-        if self._auth is not None:
-            verdict, credentials = self._auth.quick(request.headers.get("authorization"))
-            if verdict is Verdict.NEEDS_BCRYPT and credentials is not None:
-                if self._auth_pending[client] >= AUTH_PENDING_PER_ADDRESS:
-                    self._note("auth_throttled")
-                    return Response(429, b"Too Many Requests\n", headers=(("Retry-After", "1"),))
-                self._auth_pending[client] += 1
-                try:
-                    ok = await loop.run_in_executor(self._auth_pool, self._auth.verify, credentials)
-                finally:
-                    self._auth_pending[client] -= 1
-                    if not self._auth_pending[client]:
-                        del self._auth_pending[client]
-                verdict = Verdict.ALLOWED if ok else Verdict.DENIED
-            if verdict is not Verdict.ALLOWED:
-                self._note("auth_failed")
-                return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="rocm-watchdog"'),))
+        auth = self._auth  # swapped whole by reconfigure(): this request keeps the one it started with
+        if auth is not None:
+            denied = await self._authorize(auth, request)
+            if denied is not None:
+                return denied
         if request.method not in ("GET", "HEAD"):
             return Response(405, b"Method Not Allowed\n", headers=(("Allow", "GET, HEAD"),))
         heavy = request.path in self.limits.limited_paths
         limited = heavy and self.limits.max_requests > 0
-        give_up = loop.time() + MAX_REQUESTS_GRACE_SECONDS
-        while True:
-            if self._fast_runs[heavy] >= INLINE_AFTER_FAST_RUNS:
-                return self._run_inline(heavy, request)
-            if not limited or (
-                self._in_flight < self.limits.max_requests
-                and self._in_flight_by[client] < self.limits.requests_per_address
-            ):
-                break
-            if loop.time() >= give_up:
-                self._note("max_requests")
+        if self._fast_runs[heavy] >= INLINE_AFTER_FAST_RUNS:
+            return self._run_inline(heavy, request)
+        if limited:
+            slot = await self._acquire(client)
+            if slot is None:
+                self._note("max_requests", client=client)
                 text = f"Limit of concurrent requests reached ({self.limits.max_requests}), try again later.\n"
                 return Response(503, text.encode())
-            waiter = loop.create_future()
-            self._slot_waiters.append(waiter)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(waiter, max(0.0, give_up - loop.time()))
-        if limited:
-            self._in_flight += 1
-            self._in_flight_by[client] += 1
+            if not slot:  # the handler became fast while this one waited: on the loop, with no slot
+                return self._run_inline(heavy, request)
         pool = self._workers if heavy else self._light
         try:
             response, seconds = await loop.run_in_executor(pool, self._timed, request)
             self._fast_runs[heavy] = self._fast_runs[heavy] + 1 if seconds < INLINE_BELOW_SECONDS else 0
+            if heavy and self._fast_runs[heavy] >= INLINE_AFTER_FAST_RUNS:
+                self._wake_waiters_inline()
             return response
         except Exception as exc:  # the handler's fault, not the client's: say so once in the log
             self._fast_runs[heavy] = 0
@@ -528,14 +694,121 @@ class HttpServer:
             return Response(500, b"Internal Server Error\n")
         finally:
             if limited:
-                self._in_flight -= 1
-                self._in_flight_by[client] -= 1
-                if not self._in_flight_by[client]:
-                    del self._in_flight_by[client]
-                waiters, self._slot_waiters = self._slot_waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                self._release(client)
+
+    # --- slots on the limited paths: max_requests in all, half per address, handed round robin ------------
+
+    async def _acquire(self, client: str) -> bool | None:
+        """A slot for ``client``: True (taken, ``_release`` it), False (none needed: run on the loop), None (none
+        within MAX_REQUESTS_GRACE_SECONDS: answer 503). A request waits behind its own address's earlier ones;
+        a freed slot goes to the addresses waiting in turn, so a scraper waits for one request of each other
+        address, not for every request queued before it."""
+        limits = self.limits
+        if (
+            client not in self._slot_waiters
+            and self._in_flight < limits.max_requests
+            and self._in_flight_by[client] < limits.requests_per_address
+        ):
+            self._take(client)
+            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.setdefault(client, deque()).append(waiter)
+        try:
+            await asyncio.wait({waiter}, timeout=MAX_REQUESTS_GRACE_SECONDS)
+        except asyncio.CancelledError:  # the server stops: give back a slot handed over meanwhile
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self._release(client)
+            self._unqueue(client, waiter)
+            raise
+        if not waiter.done():
+            self._unqueue(client, waiter)
+            return None
+        return waiter.result()
+
+    def _take(self, client: str) -> None:
+        self._in_flight += 1
+        self._in_flight_by[client] += 1
+
+    def _release(self, client: str) -> None:
+        self._in_flight -= 1
+        self._in_flight_by[client] -= 1
+        if self._in_flight_by[client] <= 0:
+            del self._in_flight_by[client]
+        for address in list(self._slot_waiters):  # in turn: an address served goes to the back
+            if self._in_flight_by[address] >= self.limits.requests_per_address:
+                continue
+            queue = self._slot_waiters.pop(address)
+            waiter = queue.popleft()
+            if queue:
+                self._slot_waiters[address] = queue
+            self._take(address)
+            waiter.set_result(True)
+            return
+
+    def _unqueue(self, client: str, waiter: asyncio.Future[bool]) -> None:
+        waiter.cancel()
+        queue = self._slot_waiters.get(client)
+        if queue is not None and waiter in queue:
+            queue.remove(waiter)
+            if not queue:
+                del self._slot_waiters[client]
+
+    def _wake_waiters_inline(self) -> None:
+        waiting, self._slot_waiters = self._slot_waiters, {}
+        for queue in waiting.values():
+            for waiter in queue:
+                if not waiter.done():
+                    waiter.set_result(False)
+
+    async def _authorize(self, auth: BasicAuth, request: Request) -> Response | None:
+        """None when the request may go on; else the 401 or 429 to answer. bcrypt runs on the auth pool, never
+        for an address past its failure limit."""
+        loop = asyncio.get_running_loop()
+        client = request.client
+        wait = self._auth_wait(client, loop.time())
+        if wait > 0:
+            self._note("auth_locked", client=client)
+            return Response(429, b"Too Many Requests\n", headers=(("Retry-After", str(math.ceil(wait))),))
+        verdict, credentials = auth.quick(request.headers.get("authorization"))
+        if verdict is Verdict.NEEDS_BCRYPT and credentials is not None:
+            if self._auth_pending[client] >= AUTH_PENDING_PER_ADDRESS:
+                self._note("auth_throttled", client=client)
+                return Response(429, b"Too Many Requests\n", headers=(("Retry-After", "1"),))
+            self._auth_pending[client] += 1
+            try:
+                ok = await loop.run_in_executor(self._auth_pool, auth.verify, credentials)
+            except Exception as exc:  # bcrypt refusing what it was given: a failed check, never a 500
+                log.error("http_auth_check_failed", error=repr(exc))
+                ok = False
+            finally:
+                self._auth_pending[client] -= 1
+                if not self._auth_pending[client]:
+                    del self._auth_pending[client]
+            if not ok:
+                self._auth_failed(client, loop.time())
+            verdict = Verdict.ALLOWED if ok else Verdict.DENIED
+        if verdict is Verdict.ALLOWED:
+            return None
+        self.counters.auth_failed()
+        self._note("auth_failed", client=client, credentials=credentials is not None)
+        return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="rocm-watchdog"'),))
+
+    def _auth_level(self, client: str, now: float) -> float:
+        """The address's failures not leaked away yet."""
+        level, at = self._auth_buckets.get(client, (0.0, now))
+        return max(0.0, level - (now - at) * AUTH_FAILURES_PER_ADDRESS / AUTH_FAILURE_WINDOW_SECONDS)
+
+    def _auth_wait(self, client: str, now: float) -> float:
+        """Seconds until ``client`` may have its credentials checked again (until one more failure fits in its
+        bucket); 0: now."""
+        excess = self._auth_level(client, now) - (AUTH_FAILURES_PER_ADDRESS - 1)
+        return max(0.0, excess) * AUTH_FAILURE_WINDOW_SECONDS / AUTH_FAILURES_PER_ADDRESS
+
+    def _auth_failed(self, client: str, now: float) -> None:
+        if client not in self._auth_buckets and len(self._auth_buckets) >= AUTH_TRACKED_ADDRESSES:
+            emptiest = min(self._auth_buckets, key=lambda c: self._auth_level(c, now))
+            del self._auth_buckets[emptiest]
+        self._auth_buckets[client] = (self._auth_level(client, now) + 1, now)
 
     def _timed(self, request: Request) -> tuple[Response, float]:
         start = time.perf_counter()
@@ -566,6 +839,7 @@ class HttpServer:
     async def _write(
         self, writer: asyncio.StreamWriter, request: Request | None, response: Response, keep: bool
     ) -> None:
+        self.counters.answered(response.status)
         body = response.body
         lines = [
             f"HTTP/1.1 {response.status} {HTTPStatus(response.status).phrase}",

@@ -13,9 +13,11 @@ follows sysfs-devfs.md section 3:
    ``devices/platform/amdgpu_xcp.N`` (``amdgpu_xcp_N`` accepted too); their BDF, parent and partition
    index come from KFD only (the function bits of ``location_id``).
 
-4. Per-interval state of each amdgpu PCI function (``with_state``): VRAM, busy, PCIe link, RAS counters and
-   the telemetry of ``GpuTelemetry`` (clocks, power cap, fan, voltages, GTT, bad pages...). Partitions have
-   no such files of their own and get none.
+4. Per-interval state of each amdgpu PCI function (``with_state``): VRAM, busy, PCIe link, RAS counters,
+   the telemetry of ``GpuTelemetry`` (clocks, power cap, fan, voltages, GTT, bad pages...) and the binary
+   ``gpu_metrics`` table (``GpuMetricsReading``: throttling, residency counters, activity, XGMI, PCIe counters,
+   energy). Partitions have no such files of their own: each gets its XCP's activity from its physical GPU's
+   table (``GpuIdentity.xcp``, XCP index = partition index).
 
 A missing file leaves that one field None. An unreadable one (EBUSY/ENODATA during a GPU reset,
 EACCES, EIO, a directory or FIFO in its place, a dangling link) or unparsable one does too, adds a line to
@@ -36,7 +38,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -46,6 +48,7 @@ from exporter.model import ParseError
 from exporter.model.gpu import (
     DrmMinor,
     GpuIdentity,
+    GpuMetricsReading,
     GpuTelemetry,
     KfdNode,
     OtherDrmDevice,
@@ -55,6 +58,8 @@ from exporter.model.gpu import (
 )
 from exporter.parsers import sysfs as p
 from exporter.parsers.common import normalize_bdf
+from exporter.parsers.gpu_metrics import parse_gpu_metrics
+from exporter.parsers.gpu_metrics.reading import gpu_metrics_reading
 from exporter.sources import SourceError, deadline
 
 T = TypeVar("T")
@@ -71,6 +76,9 @@ _BDF_NAME = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _XCP = re.compile(r"^amdgpu_xcp[._][0-9]+$")
 _HWMON_INPUT = re.compile(r"^(temp|in|freq)([0-9]+)_input$")
 _MAX_READ = 1 << 16  # sysfs attributes are one page; anything larger is not an attribute we read
+# the binary gpu_metrics table: 3872 bytes for v1.8, one page at most (the attribute's buffer)
+GPU_METRICS_FILE = "gpu_metrics"
+_MAX_GPU_METRICS_READ = 1 << 16
 # ras/gpu_vram_bad_pages is a binary attribute of 28 bytes per page with no size limit of its own
 _MAX_BAD_PAGES_READ = 1 << 22
 # pp_dpm_<domain> clock tables, in export order; vclk1/dclk1 are the second VCN instance (Navi 2x/3x)
@@ -166,6 +174,11 @@ _RPM = _ranged(p.parse_fan_rpm)
 _PWM = _ranged(p.parse_pwm_ratio)
 
 
+# A node's properties do not change between walks (64 of them on a partitioned MI300X host, read twice per
+# interval): parsed once per distinct text. The dict is only read (kfd_node_from_properties).
+_kfd_properties = lru_cache(maxsize=1024)(p.parse_kfd_properties)
+
+
 class _Reader:
     """File access with the source's error policy: missing -> None quietly, unreadable -> None + warning + a
     counted error. ``for_gpu`` gives a reader of its own to each GPU, so a GPU read in another thread (and
@@ -180,6 +193,9 @@ class _Reader:
         self.reads_ok = 0
         self.reads_failed = 0
         self.reading: Path | None = None  # the file being read now: the one a stuck read is blocked on
+        # directory -> its entries, listed once per walk: a file the listing lacks is absent without an open()
+        # that fails (most telemetry files are absent on most GPUs, and each failed open costs an exception)
+        self._listings: dict[str, frozenset[str] | None] = {}
 
     def for_gpu(self, pci_bus: str, device: Path) -> _Reader:
         return _Reader(self.bases[0], pci_bus, device)
@@ -197,13 +213,34 @@ class _Reader:
                 continue
         return str(path)
 
-    def _fail(self, path: Path, error: str, detail: str) -> None:
+    def _fail(self, path: Path, error: str, detail: str, variant: str = "") -> None:
         name = self.rel(path)
         if self.device is not None and Path(path).is_relative_to(self.device):
             name = Path(path).relative_to(self.device).as_posix()
-        self.errors.append(SysfsReadErrors(self.pci_bus, name, error, 1, detail))
+        self.errors.append(SysfsReadErrors(self.pci_bus, name, error, 1, detail, variant))
 
     def text(self, path: Path, limit: int = _MAX_READ) -> str | None:
+        data = self.data(path, limit)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def _absent(self, path: Path) -> bool:
+        """Whether ``path``'s directory listing (made once per walk) shows it is not there."""
+        directory, name = os.path.split(path)
+        try:
+            names = self._listings[directory]
+        except KeyError:
+            try:
+                names = frozenset(os.listdir(directory))
+            except OSError:
+                names = None  # unlistable: open() will say what is wrong
+            self._listings[directory] = names
+        return names is not None and name not in names
+
+    def data(self, path: Path, limit: int = _MAX_READ) -> bytes | None:
+        """The bytes of ``path`` (at most ``limit``), with the policy of the class; None when absent, unreadable
+        or larger than ``limit``."""
+        if self.device is not None and self._absent(path):  # a GPU's own files: many of them are absent
+            return None  # absent: this GPU does not have the file
         self.reading = path
         try:
             data = deadline.read_regular(path, limit)
@@ -226,7 +263,7 @@ class _Reader:
             self.warnings.append(f"{self.rel(path)}: larger than {limit} bytes, not read")
             self._fail(path, "too_large", f"larger than {limit} bytes")
             return None
-        return data.decode("utf-8", errors="replace")
+        return data
 
     def value(self, path: Path, parse: Callable[[str], T | None], limit: int = _MAX_READ) -> T | None:
         text = self.text(path, limit)
@@ -357,7 +394,7 @@ def _read_kfd(reader: _Reader, sysfs: Path) -> tuple[list[KfdNode], tuple[int, i
     nodes: list[KfdNode] = []
     for number in numbers:
         node_dir = nodes_dir / str(number)
-        props = reader.value(node_dir / "properties", p.parse_kfd_properties)
+        props = reader.value(node_dir / "properties", _kfd_properties)
         if props is None:
             if (node_dir / "properties").exists():
                 continue  # unreadable or garbage: already a warning
@@ -476,6 +513,36 @@ def _read_telemetry(reader: _Reader, device: Path, hw: _Hwmon) -> GpuTelemetry:
     )
 
 
+def _read_gpu_metrics(reader: _Reader, device: Path, device_id: str | None) -> GpuMetricsReading | None:
+    """The GPU's binary ``gpu_metrics`` table, decoded and normalised; None when the file is absent or empty (the
+    driver returns nothing when the SMU gives no table), unreadable, or not a table at all.
+
+    A table decoded with a warning (truncated, a newer or inconsistent revision) gives what it can and counts as
+    ``partial``; one that is not a table (fewer than 4 bytes) or of an unknown format counts as ``unparsable``.
+    The error carries the header's revision (``variant``): the source logs it once per GPU and revision.
+    """
+    path = device / GPU_METRICS_FILE
+    data = reader.data(path, _MAX_GPU_METRICS_READ)
+    if not data:
+        return None
+    try:
+        table = parse_gpu_metrics(data)
+    except ParseError as exc:
+        reader.warnings.append(f"{reader.rel(path)}: {exc}")
+        reader._fail(path, "unparsable", str(exc))
+        return None
+    revision = f"v{table.format_revision}.{table.content_revision}"
+    warning = table.warnings[0] if table.warnings else None
+    if table.layout is None:
+        reader.warnings.append(f"{reader.rel(path)}: {warning}")
+        reader._fail(path, "unparsable", warning or "no layout", revision)
+        return None
+    if warning is not None:
+        reader.warnings.append(f"{reader.rel(path)}: {revision}: {warning}")
+        reader._fail(path, "partial", warning, revision)
+    return gpu_metrics_reading(table, device_id)
+
+
 def _read_ras(reader: _Reader, device: Path) -> tuple[RasCount, ...]:
     out: list[RasCount] = []
     for name in reader.listdir(device / "ras"):
@@ -542,6 +609,7 @@ def _pci_gpu(reader: _Reader, parent: _Parent, with_state: bool) -> GpuIdentity:
         pcie_link_width=reader.value(link / "current_link_width", p.parse_link_width),
         ras=_read_ras(reader, d),
         telemetry=_read_telemetry(reader, d, hw),
+        gpu_metrics=_read_gpu_metrics(reader, d, gpu.device_id),
     )
 
 
@@ -762,6 +830,7 @@ def read_sysfs(sysfs: Path, with_state: bool = True, gpu_reads: GpuReads | None 
             pci_gpus[parent_gpu.pci_bus] = replace(parent_gpu, parent_pci_bus=parent_gpu.pci_bus, partition_index=0)
 
     gpus = sorted([*pci_gpus.values(), *partitions.values()], key=lambda g: g.pci_bus)
+    gpus = [_with_xcp(g, pci_gpus) for g in gpus]
     with_card = sorted((g for g in gpus if g.card is not None), key=lambda g: g.card.minor if g.card else 0)
     smi_rank = {g.pci_bus: i for i, g in enumerate(with_card)}
     gpus = [replace(g, rocm_smi_index=smi_rank.get(g.pci_bus)) for g in gpus]
@@ -796,6 +865,18 @@ def read_sysfs(sysfs: Path, with_state: bool = True, gpu_reads: GpuReads | None 
     )
 
 
+def _with_xcp(gpu: GpuIdentity, pci_gpus: dict[str, GpuIdentity]) -> GpuIdentity:
+    """``gpu`` with its XCP's activity from its physical GPU's ``gpu_metrics``: XCP index = partition index (0 for
+    a GPU that is not partitioned, and for partition 0, which is the PCI function itself)."""
+    physical = pci_gpus.get(gpu.parent_pci_bus or gpu.pci_bus)
+    table = physical.gpu_metrics if physical is not None else None
+    if table is None:
+        return gpu
+    index = gpu.partition_index or 0
+    xcp = next((x for x in table.xcps if x.index == index), None)
+    return gpu if xcp is None else replace(gpu, xcp=xcp)
+
+
 def _check_unique_id(reader: _Reader, where: str, node: KfdNode, sysfs_uid: str | None, bdf: str) -> None:
     if node.unique_id is not None and sysfs_uid is not None and node.unique_id != sysfs_uid:
         reader.warnings.append(f"{where}: unique_id {node.unique_id} differs from {bdf}'s {sysfs_uid}")
@@ -818,6 +899,7 @@ class SysfsSource:
         self._with_state = with_state
         self._gpu_reads = GpuReads(deadline_seconds)
         self._errors: dict[tuple[str, str, str], SysfsReadErrors] = {}
+        self._logged: set[tuple[str, str, str, str]] = set()  # (GPU, file, error, variant) already logged
         self._status: dict[str, str] = {}  # pci_bus -> last sysfs_read, to log changes
 
     def collect(self) -> SysfsSnapshot:
@@ -830,9 +912,19 @@ class SysfsSource:
         for e in errors:
             key = (e.pci_bus, e.file, e.error)
             old = self._errors.get(key)
-            if old is None:  # the first of its kind: logged once, counted every time
-                event = "sysfs_value_out_of_range" if e.error == "out_of_range" else "sysfs_read_error"
-                log.warning(event, pci_bus=e.pci_bus or None, file=e.file, error=e.error, detail=e.detail)
+            if (*key, e.variant) not in self._logged:  # the first of its kind: logged once, counted every time
+                self._logged.add((*key, e.variant))
+                if e.file == GPU_METRICS_FILE and e.variant:  # once per GPU and table revision
+                    log.warning(
+                        "gpu_metrics_decode_warning",
+                        pci_bus=e.pci_bus or None,
+                        revision=e.variant,
+                        error=e.error,
+                        detail=e.detail,
+                    )
+                else:
+                    event = "sysfs_value_out_of_range" if e.error == "out_of_range" else "sysfs_read_error"
+                    log.warning(event, pci_bus=e.pci_bus or None, file=e.file, error=e.error, detail=e.detail)
             self._errors[key] = replace(e, count=(old.count if old else 0) + e.count)
 
     def _log_status(self, gpus: Iterable[GpuIdentity]) -> None:

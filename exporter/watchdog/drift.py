@@ -497,12 +497,8 @@ def _attribute_nodes(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> No
 
 def _attribute_renumbering(c: _Checks) -> None:
     """Card/render/KFD numbers that moved because a device appeared or vanished before them are consequences."""
-    changes = [
-        key
-        for kind in _ENUMERATION_CHANGES
-        for key, f in sorted(c.found.items())
-        if key[0] == kind and f.active and f.cause is None
-    ]
+    active = sorted(key for key, f in c.found.items() if f.active and f.cause is None)  # few, sorted once
+    changes = [key for kind in _ENUMERATION_CHANGES for key in active if key[0] == kind]
     if not changes:
         return
     for key in list(c.found):
