@@ -174,14 +174,13 @@ def test_max_requests_answers_503_past_the_limit_with_a_fair_share_per_address()
         return thread
 
     with running(Limits(max_requests=4, workers=4), slow) as server:
-        threads = [scrape("127.0.0.1"), scrape("127.0.0.1")]
+        # alone, one address may use more than its half of the four: no slot is left idle
+        threads = [scrape("127.0.0.1") for _ in range(3)]
         assert all(entered.acquire(timeout=5) for _ in threads)
-        # 127.0.0.1 holds its half of the four: its next scrape is refused, another address still gets in
-        status, _, body = get(server, source="127.0.0.1")
+        threads.append(scrape("127.0.0.2"))  # the last slot
+        assert entered.acquire(timeout=5)
+        status, _, body = get(server, source="127.0.0.4")  # all four taken: 503 after the wait for a slot
         assert status == 503 and b"Limit of concurrent requests reached (4)" in body
-        threads += [scrape("127.0.0.2"), scrape("127.0.0.3")]
-        assert all(entered.acquire(timeout=5) for _ in range(2))
-        assert get(server, source="127.0.0.4")[0] == 503  # all four taken
         assert get(server, "/healthz", source="127.0.0.4")[0] == 200  # only /metrics is limited
         release.set()
         for thread in threads:
@@ -197,6 +196,55 @@ def test_max_requests_answers_503_past_the_limit_with_a_fair_share_per_address()
         for thread in threads:
             thread.join(10)
         assert results[4:] == [200] * 6
+
+
+def test_a_freed_slot_goes_to_an_address_under_its_share_first() -> None:
+    """One address may hold every slot while nobody else wants one; once another waits, slots freed go to it
+    before the busy address's own queued requests."""
+    gates: list[threading.Event] = []
+    entered = threading.Semaphore(0)
+
+    def slow(openmetrics: bool, gz: bool) -> bytes:
+        gate = threading.Event()
+        gates.append(gate)
+        entered.release()
+        gate.wait(10)
+        return b"ok\n"
+
+    finished: list[str] = []
+
+    def scrape(source: str) -> threading.Thread:
+        def run() -> None:
+            assert get(server, source=source, timeout=10)[0] == 200
+            finished.append(source)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    with running(Limits(max_requests=4, workers=8), slow) as server:
+        threads = [scrape("127.0.0.1") for _ in range(4)]  # alone: all four slots
+        assert all(entered.acquire(timeout=5) for _ in threads)
+        threads.append(scrape("127.0.0.1"))  # its fifth waits
+        time.sleep(0.1)
+        threads.append(scrape("127.0.0.2"))  # then another address
+        time.sleep(0.1)
+        gates[0].set()  # one slot frees
+        assert entered.acquire(timeout=5)
+        gates[4].set()  # whoever got it finishes next
+        for _ in range(50):
+            if len(finished) >= 2:
+                break
+            time.sleep(0.05)
+        assert finished[:2] == ["127.0.0.1", "127.0.0.2"]  # the freed slot went to 127.0.0.2, under its share
+        for gate in gates:
+            gate.set()
+        while entered.acquire(timeout=2):
+            for gate in gates:
+                gate.set()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(finished) == ["127.0.0.1"] * 5 + ["127.0.0.2"]
 
 
 def test_header_deadline_drops_a_slowloris_while_scrapes_go_on() -> None:

@@ -702,12 +702,15 @@ class HttpServer:
         """A slot for ``client``: True (taken, ``_release`` it), False (none needed: run on the loop), None (none
         within MAX_REQUESTS_GRACE_SECONDS: answer 503). A request waits behind its own address's earlier ones;
         a freed slot goes to the addresses waiting in turn, so a scraper waits for one request of each other
-        address, not for every request queued before it."""
+        address, not for every request queued before it. The share per address binds only while another address
+        waits: alone (a load tester, a single Prometheus with many targets behind one address) an address may use
+        every slot, and the slots it frees go to the others first once they come."""
         limits = self.limits
+        others_waiting = any(address != client for address in self._slot_waiters)
         if (
             client not in self._slot_waiters
             and self._in_flight < limits.max_requests
-            and self._in_flight_by[client] < limits.requests_per_address
+            and (self._in_flight_by[client] < limits.requests_per_address or not others_waiting)
         ):
             self._take(client)
             return True
@@ -734,9 +737,9 @@ class HttpServer:
         self._in_flight_by[client] -= 1
         if self._in_flight_by[client] <= 0:
             del self._in_flight_by[client]
-        for address in list(self._slot_waiters):  # in turn: an address served goes to the back
-            if self._in_flight_by[address] >= self.limits.requests_per_address:
-                continue
+        waiting = list(self._slot_waiters)  # in turn: an address served goes to the back
+        under_share = [a for a in waiting if self._in_flight_by[a] < self.limits.requests_per_address]
+        for address in under_share or waiting[:1]:  # nobody under its share: the slot is not left idle
             queue = self._slot_waiters.pop(address)
             waiter = queue.popleft()
             if queue:
