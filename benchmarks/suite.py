@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import contextlib
+import dataclasses
 import errno
 import http.client
 import json
@@ -76,7 +77,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the fake-root builder and the stub tools
 sys.path.insert(0, str(ROOT / "benchmarks"))  # http_servers (wrk, ports), kernel_log (generate, follow)
 
-from fakeroot import FakeOther, FakeRoot, build_root, capture_gpus  # noqa: E402
+from fakeroot import (  # noqa: E402
+    FakeGpu,
+    FakeOther,
+    FakeRoot,
+    build_root,
+    capture_gpus,
+    gpu_metrics_file,
+    mi300x_gpu,
+    mi300x_metrics_fields,
+    radeon_metrics_fields,
+)
 from http_servers import _ms, free_port, rss_mib  # noqa: E402
 from paths import DATA, FIXTURES  # noqa: E402
 from stubs import amd_smi_stub, rocm_smi_stub  # noqa: E402
@@ -210,8 +221,25 @@ def capture_for_host(capture: Path, bdfs: list[str], dest: Path) -> Path:
     return dest
 
 
+def with_telemetry(gpus: list[FakeGpu]) -> list[FakeGpu]:
+    """The GPUs with the telemetry files an Instinct card has (issue 10): pp_dpm tables, power caps, memory busy,
+    GTT and visible VRAM, PCIe replays, bad pages (mi300x_gpu's set), and a gpu_metrics table: v1.8 with one XCP
+    per partition for a partitioned MI300X, v1.3 (what SMU 13 fills on MI200 and Radeon) otherwise."""
+    model = mi300x_gpu()
+    out = []
+    for i, gpu in enumerate(gpus):
+        xcps = 1 + len(gpu.partitions)
+        table = (
+            gpu_metrics_file("gpu_metrics_v1_8", mi300x_metrics_fields(i, xcps))
+            if gpu.partitions
+            else gpu_metrics_file("gpu_metrics_v1_3", radeon_metrics_fields())
+        )
+        out.append(dataclasses.replace(gpu, files=model.files, hwmon_files=model.hwmon_files, gpu_metrics=table))
+    return out
+
+
 def build_host(base: Path, label: str) -> Host:
-    gpus = capture_gpus(HOSTS[label])
+    gpus = with_telemetry(capture_gpus(HOSTS[label]))
     root = build_root(base, gpus, others=[FakeOther.bmc()], cpu_nodes=2, name=label.replace(" ", "-"))
     kernel_log = root.root / "var" / "log" / "kern.log"
     kernel_log.parent.mkdir(parents=True, exist_ok=True)

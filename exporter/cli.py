@@ -1016,7 +1016,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     ``load`` reads the configuration again for SIGHUP (the same command line over the file as it is then)."""
     from exporter.http import Limits, make_app, serve
     from exporter.metrics.collector import RocmCollector
-    from exporter.metrics.exposition import Exposition
+    from exporter.metrics.exposition import VOLATILE_SECONDS, Exposition
     from exporter.metrics.selfmetrics import ExporterMetrics
     from exporter.reload import Reloader, Running, rules_digest
     from exporter.server.listen import SystemdSocketError
@@ -1040,7 +1040,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         http=http_stats.view,
     )
     # Render on change, serve bytes: sections are rendered in the collecting thread when a source records.
-    exposition = Exposition(collector)
+    exposition = Exposition(collector, VOLATILE_SECONDS)
     scheduler.store.subscribe(exposition.refresh)
     stop = threading.Event()
     wake = threading.Event()  # set by a signal: the main loop looks at stop and reload

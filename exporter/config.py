@@ -15,7 +15,9 @@ DEFAULT_INTERVALS_SECONDS = {
     "rocm-smi": 30.0,
     "amd-smi": 30.0,
     "sysfs": 15.0,
-    "devices": 15.0,
+    # device-node drift comes from boots, udev and driver reloads: 30 s keeps detection well inside the drift
+    # alerts' for: 1m at half the cost of the 15 s telemetry walk (BENCHMARKS.md, idle cost)
+    "devices": 30.0,
     "kernel-log": 15.0,  # the heartbeat: records are read as they arrive (scheduler.WaitingSource)
     "processes": 30.0,
     "kubernetes": 15.0,

@@ -14,7 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.config import Config
-from exporter.inventory import gpu_inventory, known_gpus, merge_links, smi_reports, tool_processes
+from exporter.inventory import gpu_inventory, known_gpus, merge_links, physical_gpu, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
 from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
 from exporter.metrics.groups import hidden_family_names
@@ -34,15 +34,18 @@ from exporter.store import SnapshotStore, StoreView
 @dataclass(frozen=True, slots=True)
 class Section:
     """A run of families built from the entries of ``inputs`` (None: every source). ``health``: from the
-    sources' health, not their data; ``volatile``: built on every scrape (from state outside the store, or from
-    what changes at nearly every collection anyway); ``key``: what the families are made of, when that is less
-    than the inputs' whole entries (the rendering is reused while it is equal)."""
+    sources' health, not their data; ``volatile``: from state outside the store, built on every scrape (at most
+    once per the exposition's ``volatile_seconds``); ``lazy``: rendered by the scrape that finds its inputs
+    changed, not after every collection (what changes at nearly every run, the sources' health); ``key``: what
+    the families are made of, when that is less than the inputs' whole entries (the rendering is reused while it
+    is equal)."""
 
     name: str
     inputs: tuple[str, ...] | None
     build: Callable[[StoreView], Iterator[Metric]]
     health: bool = False
     volatile: bool = False
+    lazy: bool = False
     key: Callable[[StoreView], tuple[object, ...]] | None = None
 
 
@@ -128,7 +131,7 @@ class RocmCollector(Collector):
             (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
             (True, Section("state-files", ("devices", "kernel-log"), self._state_files)),
             # every run of every source changes its health: rendered per scrape, not per run
-            (True, Section("health", every, self._health, health=True, volatile=True)),
+            (True, Section("health", every, self._health, health=True, lazy=True)),
         )
         out = [section for wanted, section in candidates if wanted]
         if self._http is not None:
@@ -185,7 +188,10 @@ class RocmCollector(Collector):
         entry = view.entries.get("kernel-log")
         if entry is not None:
             kernel = entry.data if isinstance(entry.data, KernelLogState) else None
-            yield from kernel_families(kernel, known_gpus(view))
+            known = known_gpus(view)
+            # zero-initialised for physical GPUs: the kernel names a partition's physical function, never the
+            # partition's own address (8 x 37 series on a CPX MI300X host, not 64 x 37)
+            yield from kernel_families(kernel, sorted({physical_gpu(bdf, known) for bdf in known}))
 
     def _state_files(self, view: StoreView) -> Iterator[Metric]:
         files: list[StateFileStatus] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip as gzip_module
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from exporter.store import StoreView
 
 _EOF = b"# EOF\n"
 GZIP_LEVEL = 6  # what prometheus_client and Go's default use
+VOLATILE_SECONDS = 1.0  # serve's volatile sections (health, HTTP, process) are rendered at most once a second
 
 
 class _Families:
@@ -56,6 +58,7 @@ class _Rendered:
     serial: int  # which rendering this is: a body is keyed by the serials it joins
     text: bytes | None = None  # each format rendered once asked for (None: not yet)
     openmetrics: bytes | None = None  # without the closing "# EOF"
+    rendered_at: float = 0.0  # time.monotonic() of the rendering (volatile sections are reused briefly)
 
     def get(self, openmetrics: bool) -> bytes | None:
         return self.openmetrics if openmetrics else self.text
@@ -74,11 +77,15 @@ class Exposition:
     """Cached exposition bytes of one collector; ``get`` is all a scrape calls.
 
     A format is rendered once a scrape has asked for it (plain text until then): Prometheus asks for one format,
-    so the other is never rendered. Volatile sections are rendered by the scrape only, never by ``refresh``.
+    so the other is never rendered. Volatile sections are rendered by the scrape only, never by ``refresh``, and
+    at most once per ``volatile_seconds``: scrapes closer together than that (several Prometheus servers, a
+    load test, a client in a loop) share one rendering, so the work per second is bounded whatever the scrape
+    rate, and their values are at most that old (``serve`` uses VOLATILE_SECONDS).
     """
 
-    def __init__(self, collector: RocmCollector) -> None:
+    def __init__(self, collector: RocmCollector, volatile_seconds: float = 0.0) -> None:
         self._collector = collector
+        self._volatile_seconds = volatile_seconds
         self._lock = threading.Lock()
         self._rendered: dict[str, _Rendered] = {}
         self._bodies: dict[bool, _Body] = {}  # openmetrics? -> the body last served
@@ -99,7 +106,7 @@ class Exposition:
         with self._lock:
             view = self._collector.view()
             for section in self._collector.sections():
-                if not section.volatile:
+                if not section.volatile and not section.lazy:
                     for openmetrics in self._formats:
                         self._section(section, view, openmetrics)
 
@@ -149,6 +156,13 @@ class Exposition:
         """The section's rendering in the format asked for: the last one while its inputs are unchanged."""
         key = _key(section, view)
         old = self._rendered.get(section.name)
+        if (
+            section.volatile
+            and old is not None
+            and old.get(openmetrics) is not None
+            and time.monotonic() - old.rendered_at < self._volatile_seconds
+        ):
+            return old  # rendered for a scrape a moment ago
         unchanged = (
             not section.volatile
             and old is not None
@@ -160,10 +174,10 @@ class Exposition:
             if old.get(openmetrics) is None:  # the first scrape in this format since the section changed
                 self._render(old, section, view, openmetrics)
             return old
-        new = _Rendered(key, self._serial + 1)
+        new = _Rendered(key, self._serial + 1, rendered_at=time.monotonic())
         self._render(new, section, view, openmetrics)
         if old is not None and section.volatile and old.get(openmetrics) == new.get(openmetrics):
-            old.key = key  # rendered again, the same bytes: the body (and its gzip) stays as served
+            old.key, old.rendered_at = key, new.rendered_at  # the same bytes: the body (and its gzip) stays
             return old
         self._serial += 1
         self._rendered[section.name] = new

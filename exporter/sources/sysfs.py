@@ -58,8 +58,6 @@ from exporter.model.gpu import (
 )
 from exporter.parsers import sysfs as p
 from exporter.parsers.common import normalize_bdf
-from exporter.parsers.gpu_metrics import parse_gpu_metrics
-from exporter.parsers.gpu_metrics.reading import gpu_metrics_reading
 from exporter.sources import SourceError, deadline
 
 T = TypeVar("T")
@@ -526,6 +524,8 @@ def _read_gpu_metrics(reader: _Reader, device: Path, device_id: str | None) -> G
     if not data:
         return None
     try:
+        from exporter.parsers.gpu_metrics import parse_gpu_metrics  # not for identity-only walks (check)
+
         table = parse_gpu_metrics(data)
     except ParseError as exc:
         reader.warnings.append(f"{reader.rel(path)}: {exc}")
@@ -540,6 +540,8 @@ def _read_gpu_metrics(reader: _Reader, device: Path, device_id: str | None) -> G
     if warning is not None:
         reader.warnings.append(f"{reader.rel(path)}: {revision}: {warning}")
         reader._fail(path, "partial", warning, revision)
+    from exporter.parsers.gpu_metrics.reading import gpu_metrics_reading
+
     return gpu_metrics_reading(table, device_id)
 
 

@@ -51,14 +51,14 @@ _CURRENT_CLOCK = re.compile(r"current_[a-z0-9]*clk[0-9]?")  # current_gfxclk, cu
 XGMI_KILOBYTE = 1024
 
 
-def _ints(value: FieldValue) -> list[int | None]:
+def field_ints(value: FieldValue) -> list[int | None]:
     """A scalar or an array field as a flat list (v1.9 gives a one-instance array as a scalar)."""
     if isinstance(value, list):
         return [v if isinstance(v, int) else None for v in value]
     return [value if isinstance(value, int) else None]
 
 
-def _scalar(m: GpuMetrics, name: str) -> int | None:
+def field_int(m: GpuMetrics, name: str) -> int | None:
     value = m.fields.get(name)
     return value if isinstance(value, int) else None
 
@@ -70,7 +70,7 @@ def _samples(m: GpuMetrics, names: Iterable[str], scale: float) -> tuple[Sample,
             continue
         value = m.fields[name]
         if isinstance(value, list):
-            out.extend(Sample(name, i, v * scale) for i, v in enumerate(_ints(value)) if v is not None)
+            out.extend(Sample(name, i, v * scale) for i, v in enumerate(field_ints(value)) if v is not None)
         elif isinstance(value, int):
             out.append(Sample(name, None, value * scale))
     return tuple(out)
@@ -105,8 +105,8 @@ def average_clocks_hz(m: GpuMetrics) -> tuple[Sample, ...]:
 
 def socket_power_watts(m: GpuMetrics) -> SocketPower:
     """Average and current socket power in watts (see the module doc for the APU v2.0-v2.3 unit)."""
-    average = _scalar(m, "average_socket_power")
-    current = _scalar(m, "curr_socket_power")
+    average = field_int(m, "average_socket_power")
+    current = field_int(m, "curr_socket_power")
     if m.format_revision == 1:
         return SocketPower(
             float(average) if average is not None else None, float(current) if current is not None else None
@@ -114,7 +114,7 @@ def socket_power_watts(m: GpuMetrics) -> SocketPower:
     if average is None:
         return SocketPower()
     if m.format_revision == 2 and m.content_revision <= 3:
-        cpu = _scalar(m, "average_cpu_power")
+        cpu = field_int(m, "average_cpu_power")
         if cpu is not None and average < cpu:
             return SocketPower(average_watts=float(average))
     return SocketPower(average_watts=average / 1000.0)
@@ -126,26 +126,26 @@ def energy_joules(m: GpuMetrics, unit_joules: float = ENERGY_UNIT_JOULES) -> flo
     The unit depends on the chip (module constants); a counter is only comparable with itself, so rates should come
     from differences of two readings of the same GPU.
     """
-    counter = _scalar(m, "energy_accumulator")
+    counter = field_int(m, "energy_accumulator")
     return None if counter is None else counter * unit_joules
 
 
 def pcie(m: GpuMetrics) -> PcieStatus:
     """Link width and speed (every revision that has them) and the v1.4+ PCIe counters."""
-    speed = _scalar(m, "pcie_link_speed")
-    inst = _scalar(m, "pcie_bandwidth_inst")
+    speed = field_int(m, "pcie_link_speed")
+    inst = field_int(m, "pcie_bandwidth_inst")
     bytes_per_unit = 125_000.0 if m.layout == "gpu_metrics_v1_6_early" else 1e9  # Mbps there, GB/s elsewhere
     return PcieStatus(
-        link_width_lanes=_scalar(m, "pcie_link_width"),
+        link_width_lanes=field_int(m, "pcie_link_width"),
         link_speed_gts=None if speed is None else speed / 10.0,
         bandwidth_inst_bytes_per_second=None if inst is None else inst * bytes_per_unit,
-        bandwidth_acc=_scalar(m, "pcie_bandwidth_acc"),
-        l0_to_recovery_count=_scalar(m, "pcie_l0_to_recov_count_acc"),
-        replay_count=_scalar(m, "pcie_replay_count_acc"),
-        replay_rollover_count=_scalar(m, "pcie_replay_rover_count_acc"),
-        nak_sent_count=_scalar(m, "pcie_nak_sent_count_acc"),
-        nak_received_count=_scalar(m, "pcie_nak_rcvd_count_acc"),
-        other_end_recovery_count=_scalar(m, "pcie_lc_perf_other_end_recovery"),
+        bandwidth_acc=field_int(m, "pcie_bandwidth_acc"),
+        l0_to_recovery_count=field_int(m, "pcie_l0_to_recov_count_acc"),
+        replay_count=field_int(m, "pcie_replay_count_acc"),
+        replay_rollover_count=field_int(m, "pcie_replay_rover_count_acc"),
+        nak_sent_count=field_int(m, "pcie_nak_sent_count_acc"),
+        nak_received_count=field_int(m, "pcie_nak_rcvd_count_acc"),
+        other_end_recovery_count=field_int(m, "pcie_lc_perf_other_end_recovery"),
     )
 
 
@@ -155,13 +155,15 @@ def _kilobytes(values: Sequence[int | None]) -> tuple[int | None, ...]:
 
 def xgmi(m: GpuMetrics) -> XgmiStatus:
     """XGMI width, bit rate and per-link read/write bytes (v1.4+)."""
-    speed = _scalar(m, "xgmi_link_speed")
+    speed = field_int(m, "xgmi_link_speed")
     return XgmiStatus(
-        link_width=_scalar(m, "xgmi_link_width"),
+        link_width=field_int(m, "xgmi_link_width"),
         link_speed_gbps=None if speed is None else float(speed),
-        read_bytes=_kilobytes(_ints(m.fields["xgmi_read_data_acc"])) if "xgmi_read_data_acc" in m.fields else (),
-        write_bytes=_kilobytes(_ints(m.fields["xgmi_write_data_acc"])) if "xgmi_write_data_acc" in m.fields else (),
-        link_status=tuple(_ints(m.fields["xgmi_link_status"])) if "xgmi_link_status" in m.fields else (),
+        read_bytes=_kilobytes(field_ints(m.fields["xgmi_read_data_acc"])) if "xgmi_read_data_acc" in m.fields else (),
+        write_bytes=_kilobytes(field_ints(m.fields["xgmi_write_data_acc"]))
+        if "xgmi_write_data_acc" in m.fields
+        else (),
+        link_status=tuple(field_ints(m.fields["xgmi_link_status"])) if "xgmi_link_status" in m.fields else (),
     )
 
 
@@ -176,9 +178,9 @@ _XCP_OPTIONAL = (
 
 def _xcp(index: int, element: dict[str, FieldValue]) -> XcpStats:
     def arr(name: str) -> tuple[int | None, ...]:
-        return tuple(_ints(element[name])) if name in element else ()
+        return tuple(field_ints(element[name])) if name in element else ()
 
-    optional = {name: tuple(_ints(element[name])) for name in _XCP_OPTIONAL if name in element}
+    optional = {name: tuple(field_ints(element[name])) for name in _XCP_OPTIONAL if name in element}
     return XcpStats(
         index=index,
         gfx_busy_inst=arr("gfx_busy_inst"),
@@ -198,9 +200,9 @@ def xcp_stats(m: GpuMetrics) -> tuple[XcpStats, ...]:
     stats = m.fields.get("xcp_stats")
     if isinstance(stats, list):
         elements = [e for e in stats if isinstance(e, dict)]
-        count = _scalar(m, "num_partition")
+        count = field_int(m, "num_partition")
         if count is None:
-            used = [(i, e) for i, e in enumerate(elements) if any(v is not None for k in e for v in _ints(e[k]))]
+            used = [(i, e) for i, e in enumerate(elements) if any(v is not None for k in e for v in field_ints(e[k]))]
         else:
             used = list(enumerate(elements[:count]))
         return tuple(_xcp(i, e) for i, e in used)

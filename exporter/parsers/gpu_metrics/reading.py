@@ -21,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from exporter.model.gpu import GpuMetricsReading, XcpActivity
-from exporter.model.gpu_metrics import FieldValue, GpuMetrics, XcpStats
+from exporter.model.gpu_metrics import GpuMetrics, XcpStats
 from exporter.parsers.gpu_metrics.normalize import (
     ENERGY_UNIT_JOULES,
     MI100_ENERGY_UNIT_JOULES,
     current_clocks_hz,
     energy_joules,
+    field_int,
+    field_ints,
     pcie,
     socket_power_watts,
     temperatures_celsius,
@@ -92,17 +94,6 @@ def energy_unit_joules(device_id: str | None) -> float:
     return ENERGY_UNITS_BY_DEVICE.get((device_id or "").lower(), ENERGY_UNIT_JOULES)
 
 
-def _ints(value: FieldValue) -> list[int | None]:
-    if isinstance(value, list):
-        return [v if isinstance(v, int) else None for v in value]
-    return [value if isinstance(value, int) else None]
-
-
-def _scalar(m: GpuMetrics, name: str) -> int | None:
-    value = m.fields.get(name)
-    return value if isinstance(value, int) else None
-
-
 def _full_scale(m: GpuMetrics) -> int:
     """What an activity field reads at 100 %: centi-percent in the APU v2.x tables, percent elsewhere."""
     return 10_000 if m.format_revision == 2 else 100
@@ -122,14 +113,14 @@ def _field_ratio(m: GpuMetrics, name: str) -> float | None:
     """A scalar activity field, or the mean over the instances of an array one."""
     if name not in m.fields:
         return None
-    return _mean_ratio(_ints(m.fields[name]), _full_scale(m))
+    return _mean_ratio(field_ints(m.fields[name]), _full_scale(m))
 
 
 def _throttle(m: GpuMetrics) -> tuple[int | None, tuple[str, ...]]:
-    indep = _scalar(m, "indep_throttle_status")
+    indep = field_int(m, "indep_throttle_status")
     if indep is not None:
         return indep, m.throttle_reasons
-    return _scalar(m, "throttle_status"), ()
+    return field_int(m, "throttle_status"), ()
 
 
 def _clocks(m: GpuMetrics) -> tuple[tuple[str, float], ...]:
@@ -188,9 +179,9 @@ def gpu_metrics_reading(m: GpuMetrics, device_id: str | None = None) -> GpuMetri
         content_revision=m.content_revision,
         throttle_status=status,
         throttle_reasons=reasons,
-        accumulation_ticks=_scalar(m, "accumulation_counter"),
+        accumulation_ticks=field_int(m, "accumulation_counter"),
         throttle_residency_ticks=tuple(
-            (reason, v) for name, reason in RESIDENCY_FIELDS.items() if (v := _scalar(m, name)) is not None
+            (reason, v) for name, reason in RESIDENCY_FIELDS.items() if (v := field_int(m, name)) is not None
         ),
         gfx_activity_ratio=_field_ratio(m, "average_gfx_activity"),
         umc_activity_ratio=_field_ratio(m, "average_umc_activity"),
