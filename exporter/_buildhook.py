@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -19,22 +18,21 @@ from typing import Any
 from setuptools.command.build_py import build_py as _build_py  # type: ignore[import-untyped,unused-ignore]
 
 
-def _build() -> ModuleType:
-    """exporter/build.py, loaded by its path: setuptools loads this hook by path too, and the package it belongs
-    to is not importable while it is being built."""
-    path = Path(__file__).resolve().parent / "build.py"
-    spec = importlib.util.spec_from_file_location("_rocm_watchdog_build", path)
+def _gitrev() -> ModuleType:
+    """exporter/_gitrev.py, loaded by its path: setuptools loads this hook by path too, the package it belongs to
+    is not importable while it is being built, and its dependencies (msgspec) are not installed where it is."""
+    path = Path(__file__).resolve().parent / "_gitrev.py"
+    spec = importlib.util.spec_from_file_location("_rocm_watchdog_gitrev", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses looks its module up while building the class
     spec.loader.exec_module(module)
     return module
 
 
 def build_module(source_root: Path, environ: dict[str, str] | None = None) -> str:
     env = dict(os.environ if environ is None else environ)
-    build = _build()
-    revision, branch = build.git_revision(source_root)
+    gitrev = _gitrev()
+    revision, branch = gitrev.git_revision(source_root)
     revision = env.get("ROCM_WATCHDOG_REVISION") or revision
     branch = env.get("ROCM_WATCHDOG_BRANCH") or branch
     epoch = env.get("SOURCE_DATE_EPOCH")
@@ -42,7 +40,7 @@ def build_module(source_root: Path, environ: dict[str, str] | None = None) -> st
         built = float(epoch) if epoch else time.time()
         date = time.strftime("%Y%m%d-%H:%M:%S", time.gmtime(built))
     except ValueError:
-        date = build.UNKNOWN
+        date = gitrev.UNKNOWN
     return (
         '"""Written by the package build (exporter/_buildhook.py); not in the repository."""\n\n'
         f"REVISION = {revision!r}\nBRANCH = {branch!r}\nBUILD_DATE = {date!r}\n"

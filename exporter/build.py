@@ -3,25 +3,22 @@
 ``--version`` prints it as node_exporter does and ``rocm_watchdog_build_info`` carries it as labels. The revision,
 branch and date come from ``exporter/_build.py`` when the package build wrote one (``exporter/_buildhook.py``:
 ``pip install .`` from a checkout, the image build), else from the git metadata of the checkout the code runs
-from (read as files: no ``git`` process, no cost worth measuring), else ``unknown``.
+from (``exporter/_gitrev.py``), else ``unknown``.
 """
 
 from __future__ import annotations
 
 import functools
 import platform
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-# No import of the package here: the package build loads this file on its own (exporter/_buildhook.py).
-UNKNOWN = "unknown"
-_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+import msgspec
+
+from exporter._gitrev import UNKNOWN, git_revision
 
 
-@dataclass(frozen=True, slots=True)
-class BuildInfo:
+class BuildInfo(msgspec.Struct, frozen=True):
     version: str
     revision: str
     branch: str
@@ -38,42 +35,6 @@ class BuildInfo:
             f"  python version:   {self.python_version} ({self.python_implementation})\n"
             f"  platform:         {self.platform}\n"
         )
-
-
-def git_revision(checkout: Path) -> tuple[str, str]:
-    """(revision, branch) of the checkout at ``checkout`` from its .git files; ``unknown`` where unreadable.
-    A detached HEAD has the branch ``HEAD``, as ``git rev-parse --abbrev-ref HEAD`` says."""
-    try:
-        git = checkout / ".git"
-        if git.is_file():  # a worktree or submodule: "gitdir: <path>"
-            pointer = git.read_text().strip()
-            if not pointer.startswith("gitdir:"):
-                return UNKNOWN, UNKNOWN
-            git = (checkout / pointer.removeprefix("gitdir:").strip()).resolve()
-        head = (git / "HEAD").read_text().strip()
-        if _SHA.fullmatch(head):
-            return head, "HEAD"
-        if not head.startswith("ref: "):
-            return UNKNOWN, UNKNOWN
-        ref = head.removeprefix("ref: ")
-        branch = ref.removeprefix("refs/heads/")
-        common = git
-        if (git / "commondir").is_file():  # worktrees keep refs in the main repository
-            common = (git / (git / "commondir").read_text().strip()).resolve()
-        for base in (git, common):
-            loose = base / ref
-            if loose.is_file():
-                sha = loose.read_text().strip()
-                return (sha if _SHA.fullmatch(sha) else UNKNOWN), branch
-        packed = common / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text().splitlines():
-                sha, _, name = line.partition(" ")
-                if name == ref and _SHA.fullmatch(sha):
-                    return sha, branch
-        return UNKNOWN, branch  # a branch without a commit yet
-    except (OSError, UnicodeDecodeError):
-        return UNKNOWN, UNKNOWN
 
 
 @functools.cache
@@ -96,3 +57,6 @@ def build_info() -> BuildInfo:
         python_implementation=platform.python_implementation(),
         platform=f"{sys.platform}/{platform.machine() or UNKNOWN}",
     )
+
+
+__all__ = ["UNKNOWN", "BuildInfo", "build_info", "git_revision"]

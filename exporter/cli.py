@@ -20,10 +20,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
+
+from msgspec.structs import replace
 
 from exporter.config import DEFAULT_INTERVALS_SECONDS, SOURCE_NAMES, Config, parse_duration
 from exporter.exitcodes import ExitCode

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 # Every source the CLI knows; --collector.<name> / --no-collector.<name> and --collector.<name>.interval.
 SOURCE_NAMES = ("rocm-smi", "amd-smi", "sysfs", "devices", "kernel-log", "processes", "kubernetes")
@@ -24,8 +25,7 @@ DEFAULT_INTERVALS_SECONDS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     listen_address: str = ":9862"
     web_config_file: Path | None = None
     web_max_requests: int = 40  # /metrics requests in flight; 503 beyond; 0: no limit (node_exporter's default)
@@ -45,10 +45,10 @@ class Config:
     smi_timeout_seconds: float = 20.0
     state_dir: Path = Path("/var/lib/rocm-watchdog")
     # the sources switched on or off; a source not listed is off (the opt-in ones, until asked for)
-    collectors: dict[str, bool] = field(
+    collectors: dict[str, bool] = msgspec.field(
         default_factory=lambda: {s: True for s in SOURCE_NAMES if s not in OPT_IN_SOURCES}
     )
-    intervals_seconds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
+    intervals_seconds: dict[str, float] = msgspec.field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
     top_processes: int = 20
     # --metrics.disable / --metrics.enable-only, resolved: the metric groups not exported (exporter.metrics.groups)
     metric_groups_disabled: frozenset[str] = frozenset()

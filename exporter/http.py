@@ -12,8 +12,8 @@ import gzip as gzip_module
 import html
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+import msgspec
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import CollectorRegistry
@@ -84,11 +84,10 @@ def registry_exposition(registry: CollectorRegistry) -> ExpositionProvider:
     return exposition
 
 
-@dataclass(frozen=True, slots=True)
-class App:
+class App(msgspec.Struct, frozen=True):
     exposition: ExpositionProvider
     healthy: Callable[[], tuple[bool, str]]
-    landing: bytes = field(default=b"")
+    landing: bytes = b""
     telemetry_path: str = "/metrics"  # --web.telemetry-path
     observe: Callable[[float], None] | None = None  # told how long each answer of the telemetry path took
 

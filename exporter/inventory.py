@@ -7,8 +7,9 @@ order given (the collector passes amd-smi before rocm-smi). A field no source kn
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+import msgspec
 
 from exporter.model.gpu import (
     GpuIdentity,
@@ -26,8 +27,7 @@ from exporter.store import StoreView
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class GpuView:
+class GpuView(msgspec.Struct, frozen=True):
     """One GPU as every source together knows it. ``driver`` is the driver version when a source knows it (the
     tools' "Driver version", sysfs ``module/amdgpu/version`` of a DKMS build), else the driver name."""
 
@@ -53,15 +53,14 @@ class GpuView:
     # partition modes of a partitionable GPU, on its PCI function only (partitions share them)
     compute_partition: str | None = None
     memory_partition: str | None = None
-    telemetry: GpuTelemetry = field(default_factory=GpuTelemetry)  # sysfs only; partitions have none of their own
+    telemetry: GpuTelemetry = GpuTelemetry()  # sysfs only; partitions have none of their own
     gpu_metrics: GpuMetricsReading | None = None  # the PCI function's gpu_metrics table (sysfs only)
     xcp: XcpActivity | None = None  # the GPU's or partition's XCP activity from its physical GPU's table
     sysfs_read: str | None = None  # GpuIdentity.sysfs_read: ok, timeout, error; None when sysfs did not read it
     sysfs_read_errors: tuple[SysfsReadErrors, ...] = ()  # the sysfs source's counts for this GPU's files
 
 
-@dataclass(frozen=True, slots=True)
-class LinkView:
+class LinkView(msgspec.Struct, frozen=True):
     pci_bus: str
     peer_pci_bus: str
     link_type: str | None

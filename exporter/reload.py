@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
+from msgspec.structs import fields, replace
 
 from exporter.config import Config
 from exporter.logging import configure, get_logger
@@ -123,8 +125,7 @@ def rules_digest(config: Config) -> str | None:
         return "unreadable"
 
 
-@dataclass
-class Running:
+class Running(msgspec.Struct):
     """What serve runs; the reload swaps parts of it."""
 
     config: Config

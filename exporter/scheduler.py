@@ -24,9 +24,10 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import msgspec
 
 from exporter.logging import get_logger
 from exporter.sources import Source, SourceError
@@ -56,8 +57,7 @@ class WaitingSource(Protocol):
     def wait(self, timeout_seconds: float, interrupt: Interrupt) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Scheduled:
+class Scheduled(msgspec.Struct, frozen=True):
     source: Source[object]
     interval_seconds: float
     timeout_seconds: float = 0.0  # the longest one run may take (tools); 0 for in-process sources

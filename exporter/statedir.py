@@ -19,8 +19,9 @@ import contextlib
 import errno
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 DIR_MODE = 0o700
 MAX_DEPTH = 8  # the exporter writes files only; a deeper tree is not its own
@@ -31,10 +32,9 @@ class PrepareError(Exception):
     """The state dir could not be prepared; the message names the path, the operation and the fix."""
 
 
-@dataclass(slots=True)
-class PrepareResult:
-    changed: list[str] = field(default_factory=list)  # entries whose owner was changed
-    skipped: list[str] = field(default_factory=list)  # entries left alone, with why
+class PrepareResult(msgspec.Struct):
+    changed: list[str] = msgspec.field(default_factory=list)  # entries whose owner was changed
+    skipped: list[str] = msgspec.field(default_factory=list)  # entries left alone, with why
 
 
 def parse_owner(text: str) -> tuple[int, int]:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+import msgspec
+from msgspec.structs import replace
 
-@dataclass(frozen=True, slots=True)
-class SourceHealth:
+
+class SourceHealth(msgspec.Struct, frozen=True):
     interval_seconds: float
     max_age_seconds: float
     up: bool | None = None  # None: never ran yet
@@ -33,14 +34,12 @@ class SourceHealth:
         return self.last_success is not None and now - self.last_success <= self.max_age_seconds
 
 
-@dataclass(frozen=True, slots=True)
-class SourceEntry:
+class SourceEntry(msgspec.Struct, frozen=True):
     health: SourceHealth
     data: object | None = None  # the last good snapshot the source returned
 
 
-@dataclass(frozen=True, slots=True)
-class StoreView:
+class StoreView(msgspec.Struct, frozen=True):
     now: float
     entries: Mapping[str, SourceEntry]
 

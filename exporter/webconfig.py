@@ -27,9 +27,10 @@ import re
 import ssl
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from exporter.logging import get_logger
 from exporter.yamlfile import YamlError, safe_load
@@ -102,10 +103,9 @@ class WebConfigError(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class WebConfig:
+class WebConfig(msgspec.Struct, frozen=True):
     ssl_context: ssl.SSLContext | None = None
-    basic_auth_users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+    basic_auth_users: dict[str, bytes] = msgspec.field(default_factory=dict)  # user -> bcrypt hash
     cert_file: Path | None = None  # what ssl_context was loaded from, to re-read when it changes
     key_file: Path | None = None
     headers: tuple[tuple[str, str], ...] = ()  # http_server_config.headers, on every response

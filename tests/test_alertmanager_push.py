@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import requests
 import yaml
 from fakeroot import FakeGpu, build_root
+from msgspec.structs import replace
 from prometheus_client import generate_latest
 from promtool import check_metrics
 from structlog.testing import capture_logs

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from msgspec.structs import replace
 
 from exporter.model.devices import (
     AclEntry,
@@ -105,14 +104,14 @@ def replace_node(devices: DevicesSnapshot, name: str, new: DeviceNode | None) ->
     nodes = tuple(n for n in devices.nodes if n.name != name)
     if new is not None:
         nodes = tuple(new if n.name == name else n for n in devices.nodes)
-    return dataclasses.replace(devices, nodes=nodes)
+    return replace(devices, nodes=nodes)
 
 
 def replace_gpu(sysfs: SysfsSnapshot, bdf: str, new: GpuIdentity | None) -> SysfsSnapshot:
     gpus = tuple(g for g in sysfs.gpus if g.pci_bus != bdf)
     if new is not None:
         gpus = tuple(new if g.pci_bus == bdf else g for g in sysfs.gpus)
-    return dataclasses.replace(sysfs, gpus=gpus)
+    return replace(sysfs, gpus=gpus)
 
 
 def test_healthy_host_has_no_active_condition() -> None:
@@ -129,19 +128,17 @@ def _scenario(name: str) -> tuple[SysfsSnapshot, DevicesSnapshot]:
     sysfs, devices = host()
     if name == "render_renumbered":
         g = sysfs.gpus[0]
-        sysfs = replace_gpu(sysfs, A, dataclasses.replace(g, render=DrmMinor("renderD130", "render", 130)))
+        sysfs = replace_gpu(sysfs, A, replace(g, render=DrmMinor("renderD130", "render", 130)))
     elif name == "card_renumbered":
-        sysfs = replace_gpu(sysfs, A, dataclasses.replace(sysfs.gpus[0], card=DrmMinor("card3", "card", 3)))
+        sysfs = replace_gpu(sysfs, A, replace(sysfs.gpus[0], card=DrmMinor("card3", "card", 3)))
     elif name == "kfd_node_changed":
-        sysfs = dataclasses.replace(
-            sysfs, gpus=(dataclasses.replace(sysfs.gpus[0], kfd_node=3, hip_index=1), sysfs.gpus[1])
-        )
+        sysfs = replace(sysfs, gpus=(replace(sysfs.gpus[0], kfd_node=3, hip_index=1), sysfs.gpus[1]))
     elif name == "gpu_missing":
         sysfs = replace_gpu(sysfs, B, None)
     elif name == "gpu_new":
-        sysfs = dataclasses.replace(sysfs, gpus=(*sysfs.gpus, gpu("0000:c3:00.0", 3, 130, 3)))
+        sysfs = replace(sysfs, gpus=(*sysfs.gpus, gpu("0000:c3:00.0", 3, 130, 3)))
     elif name == "unique_id_changed":
-        sysfs = replace_gpu(sysfs, A, dataclasses.replace(sysfs.gpus[0], unique_id="0xcc"))
+        sysfs = replace_gpu(sysfs, A, replace(sysfs.gpus[0], unique_id="0xcc"))
     elif name == "partition_mode_changed":
         pass  # handled in its own test: the baseline needs a mode first
     elif name == "node_missing":
@@ -157,17 +154,17 @@ def _scenario(name: str) -> tuple[SysfsSnapshot, DevicesSnapshot]:
     elif name == "acl_drift":
         devices = replace_node(devices, "renderD128", node("renderD128", acl=(AclEntry(8, 6, 1000),)))
     elif name == "kfd_major_changed":
-        sysfs = dataclasses.replace(sysfs, kfd_dev=(234, 0))
+        sysfs = replace(sysfs, kfd_dev=(234, 0))
         devices = replace_node(devices, "kfd", node("kfd", rdev=(234, 0)))
     elif name == "group_gid_drift":
-        devices = dataclasses.replace(devices, host_groups=(("render", 110), ("video", 44)))
+        devices = replace(devices, host_groups=(("render", 110), ("video", 44)))
     elif name == "drm_device_added":
         simple = OtherDrmDevice("card3", "simple-framebuffer", "simple-framebuffer.0")
-        sysfs = dataclasses.replace(sysfs, other_drm=(*sysfs.other_drm, simple))
+        sysfs = replace(sysfs, other_drm=(*sysfs.other_drm, simple))
     elif name == "drm_device_removed":
-        sysfs = dataclasses.replace(sysfs, other_drm=())
+        sysfs = replace(sysfs, other_drm=())
     elif name == "render_without_kfd":
-        sysfs = replace_gpu(sysfs, B, dataclasses.replace(sysfs.gpus[1], kfd_node=None))
+        sysfs = replace_gpu(sysfs, B, replace(sysfs.gpus[1], kfd_node=None))
     elif name == "kfd_render_without_node":
         devices = replace_node(devices, "renderD129", None)
     elif name == "not_char_device":
@@ -187,16 +184,16 @@ def _scenario(name: str) -> tuple[SysfsSnapshot, DevicesSnapshot]:
     elif name == "group_inconsistent":
         devices = replace_node(devices, "card2", node("card2", gid=109))
     elif name == "minor_extended":
-        devices = dataclasses.replace(devices, nodes=(*devices.nodes, node("renderD193")))
+        devices = replace(devices, nodes=(*devices.nodes, node("renderD193")))
     elif name in ("by_path_missing", "by_path_dangling", "by_path_mismatch"):
         target, dangling = {"by_path_missing": (None, False), "by_path_dangling": ("renderD200", True)}.get(
             name, ("renderD129", False)
         )
         links = tuple(
-            dataclasses.replace(link, target=target, dangling=dangling) if link.expected == "renderD128" else link
+            replace(link, target=target, dangling=dangling) if link.expected == "renderD128" else link
             for link in devices.by_path
         )
-        devices = dataclasses.replace(devices, by_path=links)
+        devices = replace(devices, by_path=links)
     else:
         raise AssertionError(name)
     return sysfs, devices
@@ -291,9 +288,9 @@ def test_baseline_kinds_clear_when_the_new_state_is_accepted() -> None:
 
 def test_partition_mode_change() -> None:
     sysfs, devices = host()
-    spx = replace_gpu(sysfs, A, dataclasses.replace(sysfs.gpus[0], compute_partition="SPX", memory_partition="NPS1"))
+    spx = replace_gpu(sysfs, A, replace(sysfs.gpus[0], compute_partition="SPX", memory_partition="NPS1"))
     baseline = make_baseline(spx, devices)
-    cpx = replace_gpu(sysfs, A, dataclasses.replace(sysfs.gpus[0], compute_partition="CPX", memory_partition="NPS1"))
+    cpx = replace_gpu(sysfs, A, replace(sysfs.gpus[0], compute_partition="CPX", memory_partition="NPS1"))
     conds, _ = evaluate(cpx, devices, baseline, None, T1)
     cond = next(c for c in conds if c.key == ("partition_mode_changed", A))
     assert cond.active and "SPX -> CPX" in cond.message
@@ -311,9 +308,7 @@ def test_renumbering_swaps_two_gpus() -> None:
     """The classic: another DRM device probes first and both GPUs move up."""
     sysfs, devices = host()
     baseline = make_baseline(sysfs, devices)
-    swapped = dataclasses.replace(
-        sysfs, gpus=(dataclasses.replace(gpu(A, 2, 129, 1, "0xaa")), dataclasses.replace(gpu(B, 1, 128, 2, "0xbb")))
-    )
+    swapped = replace(sysfs, gpus=(replace(gpu(A, 2, 129, 1, "0xaa")), replace(gpu(B, 1, 128, 2, "0xbb"))))
     conds, _ = evaluate(swapped, devices, baseline, None, T1)
     assert {("render_renumbered", A), ("render_renumbered", B), ("card_renumbered", A)} <= active(conds)
     details = dict(next(c for c in conds if c.key == ("render_renumbered", A)).details)
@@ -323,7 +318,7 @@ def test_renumbering_swaps_two_gpus() -> None:
 def test_condition_that_is_no_longer_evaluated_clears() -> None:
     sysfs, devices = host()
     baseline = make_baseline(sysfs, devices)
-    moved = replace_gpu(sysfs, A, dataclasses.replace(sysfs.gpus[0], render=DrmMinor("renderD130", "render", 130)))
+    moved = replace_gpu(sysfs, A, replace(sysfs.gpus[0], render=DrmMinor("renderD130", "render", 130)))
     conds, _ = evaluate(moved, devices, baseline, None, T1)
     assert ("render_renumbered", A) in active(conds)
     # the baseline becomes unreadable: drift is no longer evaluated, so it must not stay active forever
@@ -334,23 +329,23 @@ def test_condition_that_is_no_longer_evaluated_clears() -> None:
 
 def test_group_rules_skipped_without_host_group_file() -> None:
     sysfs, devices = _scenario("gid_has_no_name")
-    devices = dataclasses.replace(devices, group_file_read=False)
+    devices = replace(devices, group_file_read=False)
     conds, _ = evaluate(sysfs, devices, None, None, T0)
     assert not any(c.kind in ("gid_has_no_name", "group_not_render_or_video") for c in conds)
 
 
 def test_by_path_not_checked_without_by_path_dir() -> None:
     sysfs, devices = _scenario("by_path_missing")
-    devices = dataclasses.replace(devices, by_path_dir=False)
+    devices = replace(devices, by_path_dir=False)
     conds, _ = evaluate(sysfs, devices, None, None, T0)
     assert not any(c.kind.startswith("by_path") for c in conds)
 
 
 def test_partitioned_gpu_without_own_kfd_node_is_not_flagged() -> None:
     sysfs, devices = host()
-    parent = dataclasses.replace(sysfs.gpus[0], kfd_node=None, parent_pci_bus=A, partition_index=0)
-    part = dataclasses.replace(gpu("0000:03:00.1", 9, 136, 5), parent_pci_bus=A, partition_index=1)
-    sysfs = dataclasses.replace(sysfs, gpus=(parent, part, sysfs.gpus[1]))
+    parent = replace(sysfs.gpus[0], kfd_node=None, parent_pci_bus=A, partition_index=0)
+    part = replace(gpu("0000:03:00.1", 9, 136, 5), parent_pci_bus=A, partition_index=1)
+    sysfs = replace(sysfs, gpus=(parent, part, sysfs.gpus[1]))
     conds, _ = evaluate(sysfs, devices, None, None, T0)
     assert ("render_without_kfd", A) not in active(conds)
 
@@ -360,6 +355,6 @@ def test_baseline_round_trips_through_json() -> None:
 
     sysfs, devices = _scenario("acl_drift")
     b = make_baseline(sysfs, devices)
-    b = dataclasses.replace(b, other_drm=(*b.other_drm, BaselineDrm(None, None, None)))
+    b = replace(b, other_drm=(*b.other_drm, BaselineDrm(None, None, None)))
     assert from_json(to_json(b)) == b
     assert isinstance(b.gpus[0], BaselineGpu) and isinstance(b.nodes[0], BaselineNode)

@@ -4,7 +4,8 @@ OpenMetrics and gzip, after changes and across staleness, and the same bytes aga
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import structlog
 from fakeroot import FakeGpu, build_root, capture_gpus
 from paths import FIXTURES
 from prometheus_client import generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from test_collector import NOW, filled_store
 
@@ -23,7 +25,7 @@ from exporter.parsers.amd_smi import parse_amd_smi
 from exporter.parsers.rocm_smi import parse_rocm_smi
 from exporter.sources.devices import DevicesSource
 from exporter.sources.sysfs import read_sysfs
-from exporter.store import SnapshotStore
+from exporter.store import SnapshotStore, StoreView
 
 SMI = sorted((FIXTURES / "smi").glob("*/*"))
 SMI = [p for p in SMI if p.suffix in (".json", ".txt", ".csv")]
@@ -118,3 +120,46 @@ def test_the_store_listener_renders_in_the_collecting_thread(tmp_path: Path) -> 
     rendered = exposition.get()
     assert b'rocm_gpu_info{card="card1"' in rendered
     assert exposition.get() is rendered
+
+
+class CountingCollector(RocmCollector):
+    """Counts the builds of the two sections made from the devices state."""
+
+    def __init__(self, store: SnapshotStore, config: Config, clock: Callable[[], float]) -> None:
+        super().__init__(store, config, clock)
+        self.built: Counter[str] = Counter()
+
+    def _devices(self, view: StoreView) -> Iterator[Metric]:
+        self.built["devices"] += 1
+        yield from super()._devices(view)
+
+    def _state_files(self, view: StoreView) -> Iterator[Metric]:
+        self.built["state-files"] += 1
+        yield from super()._state_files(view)
+
+
+def test_a_devices_collection_that_found_the_same_state_renders_nothing_again(tmp_path: Path) -> None:
+    """The devices state says when it was read (``collected_at``), and equality takes it in: the sections built from
+    it are keyed on what it is (``DeviceWatchState.what``), so an unchanged host renders them once, not every run."""
+    root = build_root(tmp_path, [FakeGpu("0000:03:00.0", card=1, render=128, kfd_node=1)])
+    clock = Clock(NOW)
+    source = DevicesSource(root.config(), clock=clock)
+    with structlog.testing.capture_logs():
+        source.collect()  # the first run writes the baseline (baseline_created): not the state of the next runs
+        states = []
+        for later in (60, 90):
+            clock.now = NOW + later
+            states.append(source.collect())
+    before, after = states
+    assert after != before and after.what() == before.what()
+    store = SnapshotStore()
+    store.register("devices", 30, 110)
+    collector = CountingCollector(store, Config(), clock)
+    exposition = Exposition(collector)
+    store.record_success("devices", before, 0.01, NOW + 60)
+    first = exposition.get()
+    assert collector.built == {"devices": 1, "state-files": 1}
+    store.record_success("devices", after, 0.01, NOW + 90)
+    assert exposition.get() != first  # the devices source's health moved
+    assert collector.built == {"devices": 1, "state-files": 1}  # its state did not
+    assert_same(store, clock)

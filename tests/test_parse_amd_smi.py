@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import fields, replace
 from itertools import combinations
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import fields, replace
 from paths import FIXTURES
 
 from exporter.model import ParseError

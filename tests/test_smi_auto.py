@@ -4,10 +4,10 @@ a tool works the other one is simply not in use."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import structlog
+from msgspec.structs import replace
 from paths import FIXTURES
 from prometheus_client import CollectorRegistry
 from stubs import make_stub, rocm_smi_stub

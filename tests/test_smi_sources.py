@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 from paths import DATA, FIXTURES
 from stubs import Stub, amd_smi_stub, make_stub, rocm_smi_stub
 
@@ -27,7 +27,7 @@ def config_for(tmp_path: Path, **kw: object) -> Config:
         rocm_smi_path=str(tmp_path / "rocm-smi"),
         amd_smi_path=str(tmp_path / "amd-smi"),
         smi_timeout_seconds=2.0,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 

@@ -11,13 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 from fakeroot import FakeRoot, two_gpu_root
+from msgspec.structs import replace
 from paths import PROJECT
 from prometheus_client import CollectorRegistry, generate_latest
 

@@ -13,13 +13,13 @@ import contextlib
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fakeroot import FakeRoot, FakeXcp, build_root, mi300x_gpu, radeon_gpu
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from paths import FIXTURES, PROJECT
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import check_metrics

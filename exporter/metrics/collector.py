@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
+import msgspec
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -31,8 +31,7 @@ from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
+class Section(msgspec.Struct, frozen=True):
     """A run of families built from the entries of ``inputs`` (None: every source). ``health``: from the
     sources' health, not their data; ``volatile``: from state outside the store, built on every scrape (at most
     once per the exposition's ``volatile_seconds``); ``lazy``: rendered by the scrape that finds its inputs
@@ -47,6 +46,29 @@ class Section:
     volatile: bool = False
     lazy: bool = False
     key: Callable[[StoreView], tuple[object, ...]] | None = None
+
+
+def _timeless_key(*inputs: str) -> Callable[[StoreView], tuple[object, ...]]:
+    """The exposition's default key of a section built from ``inputs`` (each input's data and whether it is
+    fresh), with the devices state taken without when it was read (``DeviceWatchState.what``): a collection that
+    found the same state renders nothing again."""
+
+    def key(view: StoreView) -> tuple[object, ...]:
+        out: list[object] = []
+        for name in inputs:
+            entry = view.entries.get(name)
+            if entry is None:
+                out += (name, None, None)
+                continue
+            data = entry.data.what() if isinstance(entry.data, DeviceWatchState) else entry.data
+            out += (name, data, entry.health.fresh(view.now))
+        return tuple(out)
+
+    return key
+
+
+_DEVICES_KEY = _timeless_key("devices")
+_STATE_FILES_KEY = _timeless_key("devices", "kernel-log")
 
 
 def _kernel_key(view: StoreView) -> tuple[object, ...]:
@@ -127,9 +149,10 @@ class RocmCollector(Collector):
                 on("attribution"),
                 Section("kubernetes", ("kubernetes", "processes", "sysfs", "amd-smi", "rocm-smi"), self._kubernetes),
             ),
-            (True, Section("devices", ("devices",), self._devices)),  # core: the conditions and the baseline
+            # core: the conditions and the baseline
+            (True, Section("devices", ("devices",), self._devices, key=_DEVICES_KEY)),
             (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
-            (True, Section("state-files", ("devices", "kernel-log"), self._state_files)),
+            (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=_STATE_FILES_KEY)),
             # every run of every source changes its health: rendered per scrape, not per run
             (True, Section("health", every, self._health, health=True, lazy=True)),
         )

@@ -24,8 +24,8 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
+import msgspec
 from prometheus_client import generate_latest as text_latest
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
@@ -52,8 +52,7 @@ def _same(a: object, b: object) -> bool:
     return a is b or a == b
 
 
-@dataclass(slots=True)
-class _Rendered:
+class _Rendered(msgspec.Struct):
     key: tuple[object, ...]
     serial: int  # which rendering this is: a body is keyed by the serials it joins
     text: bytes | None = None  # each format rendered once asked for (None: not yet)
@@ -64,8 +63,7 @@ class _Rendered:
         return self.openmetrics if openmetrics else self.text
 
 
-@dataclass(slots=True)
-class _Body:
+class _Body(msgspec.Struct):
     parts: tuple[int, ...]  # serials of the section renderings it joins
     raw: bytes
     gzip: bytes | None = None

@@ -18,14 +18,14 @@ is ``processes`` and ``processes.gpu``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from types import MappingProxyType
+
+import msgspec
 
 from exporter.metrics import names
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
+class Group(msgspec.Struct, frozen=True):
     name: str
     description: str
     alerting: bool = False  # the shipped alert rules read its families: kept under --metrics.enable-only

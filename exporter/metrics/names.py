@@ -12,8 +12,9 @@ fails for a family no rule places.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 # Name -> group, first match wins (re.match: from the start of the name). "core" is never switched off: the
 # exporter's health, each GPU's sysfs-read health, and the device-watchdog conditions and baseline the alerts read.
@@ -47,8 +48,7 @@ def group_of(name: str) -> str:
     return next((group for pattern, group in GROUP_RULES if pattern.match(name)), "")
 
 
-@dataclass(frozen=True, slots=True)
-class Spec:
+class Spec(msgspec.Struct, frozen=True):
     name: str
     help: str
     labels: tuple[str, ...] = ()
@@ -56,8 +56,8 @@ class Spec:
     group: str = ""  # the metric group (--metrics.disable); "" takes it from the name (GROUP_RULES)
 
     def __post_init__(self) -> None:
-        if not self.group:
-            object.__setattr__(self, "group", group_of(self.name))
+        if not self.group:  # a frozen Struct is set once here, before anything can see it
+            msgspec.structs.force_setattr(self, "group", group_of(self.name))
 
 
 CACHED = " (cached: read from the last successful run of its source)"

@@ -17,11 +17,12 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import msgspec
 
 from exporter.metrics import names
 from exporter.metrics.groups import GROUPS
@@ -56,8 +57,7 @@ def alerts_by_group(rule_files: Iterable[Path] = RULE_FILES) -> dict[str, tuple[
 # The series costs ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Host:
+class Host(msgspec.Struct, frozen=True):
     title: str
     build: Callable[[ModuleType, Path], Any]  # (the fakeroot module, a directory) -> its FakeRoot
 
@@ -96,8 +96,7 @@ NOTES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     gpus: int  # physical GPUs
     per_gpu: dict[str, float]  # group -> series with a GPU's or partition's pci_bus, per physical GPU
     per_host: dict[str, int]  # group -> the other series

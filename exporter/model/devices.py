@@ -6,8 +6,9 @@ by its PCI address. Numbers (card, render, KFD node, gids) are data that the dri
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from exporter.model.gpu import SysfsSnapshot
 
@@ -23,15 +24,13 @@ ACL_MASK = 0x10
 ACL_OTHER = 0x20
 
 
-@dataclass(frozen=True, slots=True)
-class AclEntry:
+class AclEntry(msgspec.Struct, frozen=True):
     tag: int
     perm: int  # rwx bits, 4 2 1
     id: int | None  # uid/gid for ACL_USER/ACL_GROUP, else None
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
+class DeviceNode(msgspec.Struct, frozen=True):
     """One node under devfs as this process sees it. ``None`` fields: the node is absent or unreadable."""
 
     path: str  # as the host names it: "/dev/kfd", "/dev/dri/renderD128"
@@ -56,8 +55,7 @@ class DeviceNode:
         return None if self.acl is None else bool(self.acl)
 
 
-@dataclass(frozen=True, slots=True)
-class ByPathLink:
+class ByPathLink(msgspec.Struct, frozen=True):
     """A udev ``dri/by-path/pci-<bdf>-card|render`` link as it should be and as it is."""
 
     link: str  # host path of the link: "/dev/dri/by-path/pci-0000:03:00.0-render"
@@ -68,15 +66,13 @@ class ByPathLink:
     dangling: bool = False  # the link exists but its target does not
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessCreds:
+class ProcessCreds(msgspec.Struct, frozen=True):
     euid: int
     egid: int
     groups: tuple[int, ...]  # supplementary groups (os.getgroups())
 
 
-@dataclass(frozen=True, slots=True)
-class DevicesSnapshot:
+class DevicesSnapshot(msgspec.Struct, frozen=True):
     nodes: tuple[DeviceNode, ...] = ()
     by_path: tuple[ByPathLink, ...] = ()
     by_path_dir: bool = False  # dri/by-path exists (containers given --device usually have none)
@@ -105,8 +101,7 @@ class DevicesSnapshot:
 BASELINE_FORMAT = 1
 
 
-@dataclass(frozen=True, slots=True)
-class BaselineGpu:
+class BaselineGpu(msgspec.Struct, frozen=True):
     pci_bus: str
     unique_id: str | None = None
     card: int | None = None  # minor of cardN
@@ -119,8 +114,7 @@ class BaselineGpu:
     parent_pci_bus: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class BaselineNode:
+class BaselineNode(msgspec.Struct, frozen=True):
     path: str
     mode: int | None
     uid: int | None
@@ -130,8 +124,7 @@ class BaselineNode:
     acl: bool | None = None  # extended ACL present
 
 
-@dataclass(frozen=True, slots=True)
-class BaselineDrm:
+class BaselineDrm(msgspec.Struct, frozen=True):
     """A DRM device that is not an amdgpu GPU, keyed by driver and parent (its card number moves)."""
 
     driver: str | None
@@ -139,8 +132,7 @@ class BaselineDrm:
     name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Baseline:
+class Baseline(msgspec.Struct, frozen=True):
     created: float  # unix time it was accepted
     boot_id: str | None
     gpus: tuple[BaselineGpu, ...] = ()
@@ -166,8 +158,7 @@ class Baseline:
 # Watchdog conditions --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Condition:
+class Condition(msgspec.Struct, frozen=True):
     """One (kind, subject) the drift engine evaluated. ``since`` changes only when ``active`` changes."""
 
     kind: str  # one of exporter.watchdog.conditions.KINDS
@@ -185,8 +176,7 @@ class Condition:
         return (self.kind, self.subject)
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
+class WatchEvent(msgspec.Struct, frozen=True):
     """A structured log event: ``event`` is a short constant, the data is in ``fields``."""
 
     event: str
@@ -203,8 +193,7 @@ class WatchEvent:
 StateFileState = Literal["unreadable", "corrupt", "unsaved"]
 
 
-@dataclass(frozen=True, slots=True)
-class StateFileProblem:
+class StateFileProblem(msgspec.Struct, frozen=True):
     """Why a state file could not be used. ``unreadable``: it exists but reading it failed (permission denied, an
     I/O error, a directory in its place); nothing was moved or replaced. ``corrupt``: it was read but is not valid;
     it was moved aside to ``moved_to`` (None: the state dir refused the move, it was left in place)."""
@@ -216,8 +205,7 @@ class StateFileProblem:
     error: str = ""  # for unreadable: the error alone ("Permission denied"), without the path
 
 
-@dataclass(frozen=True, slots=True)
-class StateFileStatus:
+class StateFileStatus(msgspec.Struct, frozen=True):
     """How one file of ``--state.dir`` fares in this process: the three ways it can fail, each None when it does
     not hold. They are independent: a corrupt baseline kept aside can also fail to be written again."""
 
@@ -228,15 +216,17 @@ class StateFileStatus:
     unsaved: str | None = None  # why the last write failed: its state lives in memory only
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceWatchState:
-    """What the devices source returns every interval; the metrics and ``check`` read only this."""
+class DeviceWatchState(msgspec.Struct, frozen=True):
+    """What the devices source returns every interval; the metrics and ``check`` read only this.
+
+    Equality takes ``collected_at`` in, like every other field: what is compared for "nothing changed" (the
+    exposition's section keys, ``exporter.metrics.collector``) is ``what()``, the state without its timestamp."""
 
     sysfs: SysfsSnapshot
     devices: DevicesSnapshot
     baseline: Baseline | None
     conditions: tuple[Condition, ...]
-    collected_at: float = field(compare=False)  # when, not what: two equal states are equal whenever read
+    collected_at: float  # when, not what: see what()
     baseline_corrupt: StateFileProblem | None = None  # no usable baseline until ``baseline accept``
     baseline_created: bool = False  # this collection wrote the first baseline
     baseline_unsaved: bool = False  # the baseline lives in memory only: the state dir refused the write
@@ -247,3 +237,7 @@ class DeviceWatchState:
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)
+
+    def what(self) -> DeviceWatchState:
+        """This state without when it was read: two collections that found the same state give equal ones."""
+        return msgspec.structs.replace(self, collected_at=0.0)

@@ -5,12 +5,12 @@ Fields may be added; the ones here are what the device watchdog and the collecto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class DrmMinor:
+
+class DrmMinor(msgspec.Struct, frozen=True):
     """One DRM minor of a device as sysfs shows it (``class/drm/<name>``)."""
 
     name: str  # "card1", "renderD128"
@@ -20,16 +20,14 @@ class DrmMinor:
     parent: str | None = None  # what the minor's ``device`` link resolves to: a BDF or "amdgpu_xcp.3"
 
 
-@dataclass(frozen=True, slots=True)
-class RasCount:
+class RasCount(msgspec.Struct, frozen=True):
     block: str  # "umc", "gfx", "sdma", ...
     correctable: int | None = None
     uncorrectable: int | None = None
     deferred: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class VramBadPages:
+class VramBadPages(msgspec.Struct, frozen=True):
     """``ras/gpu_vram_bad_pages``: the GPU pages the driver has retired, by status (one line per page)."""
 
     retired: int = 0  # "R": reserved, no longer handed out
@@ -37,8 +35,7 @@ class VramBadPages:
     failed: int = 0  # "F": could not be reserved
 
 
-@dataclass(frozen=True, slots=True)
-class GpuTelemetry:
+class GpuTelemetry(msgspec.Struct, frozen=True):
     """Per-interval readings of one amdgpu PCI function from its sysfs and hwmon files (issue 10).
 
     Each field is None (or empty) when its file is absent, unreadable or implausible: a Radeon has fewer
@@ -62,8 +59,7 @@ class GpuTelemetry:
     vram_bad_pages: VramBadPages | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class XcpActivity:
+class XcpActivity(msgspec.Struct, frozen=True):
     """One partition's (XCP's) activity from its physical GPU's ``gpu_metrics`` table (``xcp_stats``, v1.6+; the
     top-level per-XCC arrays of v1.9). A partition has no telemetry files of its own: this is all it gets.
 
@@ -87,8 +83,7 @@ class XcpActivity:
         return sum(r for _, r in self.xcc_busy_ratios) / len(self.xcc_busy_ratios)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuMetricsReading:
+class GpuMetricsReading(msgspec.Struct, frozen=True):
     """The normalised readings of one physical GPU's binary ``device/gpu_metrics`` table (issue 10 item 2), in
     base units. Each field is None (or empty) when the table's revision has no such field or marks it "not
     available"; see docs/gpu-metrics.md for the fields each revision has and their units.
@@ -135,8 +130,7 @@ class GpuMetricsReading:
     warning: str | None = None  # the decoder's one warning (truncated, newer or inconsistent revision)
 
 
-@dataclass(frozen=True, slots=True)
-class KfdNode:
+class KfdNode(msgspec.Struct, frozen=True):
     """One GPU node of the KFD topology (CPU nodes are not kept)."""
 
     node: int
@@ -150,8 +144,7 @@ class KfdNode:
     name: str | None = None  # the node's ``name`` file ("ip discovery"), when present
 
 
-@dataclass(frozen=True, slots=True)
-class GpuIdentity:
+class GpuIdentity(msgspec.Struct, frozen=True):
     """An amdgpu GPU or partition: its stable key and everything derived from it."""
 
     pci_bus: str  # lower-case dddd:bb:dd.f; a partition has its own function number
@@ -198,8 +191,7 @@ class GpuIdentity:
     sysfs_read: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SysfsReadErrors:
+class SysfsReadErrors(msgspec.Struct, frozen=True):
     """Failed reads of one file: ``error`` is the errno name (``EIO``, ``EACCES``, ``EISDIR``, ``ENOENT`` for a
     dangling link...), ``not_regular_file`` (a FIFO or device node), ``too_large``, ``unparsable`` or
     ``out_of_range`` (a well-formed reading outside the physical range of its quantity) or ``partial``
@@ -214,8 +206,7 @@ class SysfsReadErrors:
     variant: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class OtherDrmDevice:
+class OtherDrmDevice(msgspec.Struct, frozen=True):
     """A DRM device that is not an amdgpu GPU (BMC ast/mgag200, i915 iGPU, simpledrm, virtio)."""
 
     name: str  # "card0"
@@ -228,8 +219,7 @@ class OtherDrmDevice:
     kind: str = "other"
 
 
-@dataclass(frozen=True, slots=True)
-class SysfsSnapshot:
+class SysfsSnapshot(msgspec.Struct, frozen=True):
     gpus: tuple[GpuIdentity, ...] = ()
     other_drm: tuple[OtherDrmDevice, ...] = ()
     kfd_nodes: tuple[KfdNode, ...] = ()

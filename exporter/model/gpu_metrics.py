@@ -9,8 +9,9 @@ marker. Units differ between revisions (see docs/gpu-metrics.md); the helpers in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeAlias
+
+import msgspec
 
 # An integer, None for "not available", a list for a C array, a dict for one element of a struct array.
 FieldValue: TypeAlias = "int | list[FieldValue] | dict[str, FieldValue] | None"
@@ -25,8 +26,7 @@ def _plain(value: FieldValue) -> FieldValue:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class GpuMetrics:
+class GpuMetrics(msgspec.Struct, frozen=True):
     """One decoded ``gpu_metrics`` table.
 
     ``layout`` names the kernel struct the bytes were decoded with (``gpu_metrics_v1_3``), or is None when the
@@ -42,7 +42,7 @@ class GpuMetrics:
     fields: Mapping[str, FieldValue]
     throttle_reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    units: Mapping[str, str] = field(default_factory=dict)
+    units: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     @property
     def revision(self) -> tuple[int, int]:
@@ -62,8 +62,7 @@ class GpuMetrics:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(msgspec.Struct, frozen=True):
     """One normalised value: the kernel field it came from, the array index (None for a scalar), the value."""
 
     field: str
@@ -71,16 +70,14 @@ class Sample:
     value: float
 
 
-@dataclass(frozen=True, slots=True)
-class SocketPower:
+class SocketPower(msgspec.Struct, frozen=True):
     """Socket power in watts; a revision that has only one of the two leaves the other None."""
 
     average_watts: float | None = None
     current_watts: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PcieStatus:
+class PcieStatus(msgspec.Struct, frozen=True):
     """The PCIe link as the SMU sees it, and its counters (v1.4+ on Instinct parts)."""
 
     link_width_lanes: int | None = None
@@ -95,8 +92,7 @@ class PcieStatus:
     other_end_recovery_count: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class XgmiStatus:
+class XgmiStatus(msgspec.Struct, frozen=True):
     """XGMI links (Instinct): width, bit rate and per-link accumulated traffic (link index = list index)."""
 
     link_width: int | None = None
@@ -106,8 +102,7 @@ class XgmiStatus:
     link_status: tuple[int | None, ...] = ()  # v1.7+: 0 inactive, 1 active, 2 not available
 
 
-@dataclass(frozen=True, slots=True)
-class XcpStats:
+class XcpStats(msgspec.Struct, frozen=True):
     """Per-partition (XCP) activity from ``xcp_stats`` (v1.6+); arrays are per XCC / JPEG / VCN instance."""
 
     index: int

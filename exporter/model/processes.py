@@ -3,19 +3,17 @@ what the kubelet says about which container got which device (workload attributi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessGpu:
+class ProcessGpu(msgspec.Struct, frozen=True):
     """A process on one GPU (or partition), keyed by the GPU's PCI address like every GPU series."""
 
     pci_bus: str
     vram_used_bytes: int | None = None  # KFD ``vram_<gpu_id>``, else amd-smi's figure for that GPU
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessInfo:
+class ProcessInfo(msgspec.Struct, frozen=True):
     pid: int
     name: str | None = None  # the kernel's comm, or the tool's name when the process is gone
     user: str | None = None  # host user name, or the numeric uid when it has no name
@@ -32,13 +30,11 @@ class ProcessInfo:
     slurm_step: str | None = None  # "0", "batch", "extern", "interactive"...
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessSnapshot:
+class ProcessSnapshot(msgspec.Struct, frozen=True):
     processes: tuple[ProcessInfo, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceAllocation:
+class DeviceAllocation(msgspec.Struct, frozen=True):
     """One device the kubelet allocated to a container (pod-resources v1 ``List``). The API has no pod UID and no
     container id: pods are named by namespace and name, containers by name."""
 
@@ -49,6 +45,5 @@ class DeviceAllocation:
     device_id: str  # what the device plugin advertised: a PCI address, or "amdgpu_xcp.N" for a partition
 
 
-@dataclass(frozen=True, slots=True)
-class PodResourcesSnapshot:
+class PodResourcesSnapshot(msgspec.Struct, frozen=True):
     allocations: tuple[DeviceAllocation, ...] = ()

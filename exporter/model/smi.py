@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 SmiTool = Literal["rocm-smi", "amd-smi"]
 SmiFormat = Literal["json", "text", "csv"]
 
 
-@dataclass(frozen=True, slots=True)
-class SmiGpu:
+class SmiGpu(msgspec.Struct, frozen=True):
     """One GPU as a tool reports it. ``None`` means the tool printed N/A / UNKNOWN or left it out."""
 
     index: int
@@ -32,8 +31,7 @@ class SmiGpu:
     partition_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SmiProcess:
+class SmiProcess(msgspec.Struct, frozen=True):
     """One KFD process (per GPU for amd-smi and rocm-smi details mode)."""
 
     pid: int
@@ -47,8 +45,7 @@ class SmiProcess:
     cpu_used_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SmiLink:
+class SmiLink(msgspec.Struct, frozen=True):
     """One unordered GPU pair, ``a < b``, never the diagonal."""
 
     a: int
@@ -60,8 +57,7 @@ class SmiLink:
     b_pci_bus: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SmiReport:
+class SmiReport(msgspec.Struct, frozen=True):
     tool: SmiTool
     format: SmiFormat
     gpus: tuple[SmiGpu, ...] = ()
@@ -74,8 +70,8 @@ class SmiReport:
         return {
             "tool": self.tool,
             "format": self.format,
-            "gpus": [dataclasses.asdict(g) for g in self.gpus],
-            "processes": [dataclasses.asdict(p) for p in self.processes],
-            "links": [dataclasses.asdict(link) for link in self.links],
+            "gpus": [msgspec.structs.asdict(g) for g in self.gpus],
+            "processes": [msgspec.structs.asdict(p) for p in self.processes],
+            "links": [msgspec.structs.asdict(link) for link in self.links],
             "warnings": list(self.warnings),
         }

@@ -33,12 +33,13 @@ GPUs with a real index for that BDF (``list``, ``static``, JSON topology), the r
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from exporter.model import ParseError
 from exporter.model.smi import SmiFormat, SmiGpu, SmiLink, SmiProcess, SmiReport
@@ -920,7 +921,7 @@ def parse_amd_smi(text: str) -> SmiReport:
         detail = f" (first message: {warnings[0]})" if warnings else ""
         raise ParseError(f"no amd-smi data found{detail}", 1 if n else None)
     merged = _merge(parts)
-    return dataclasses.replace(merged, format=first_format, warnings=tuple(warnings) + merged.warnings)
+    return replace(merged, format=first_format, warnings=tuple(warnings) + merged.warnings)
 
 
 def _is_tool_message(content: str) -> bool:
@@ -1060,10 +1061,10 @@ def _merge(items: Sequence[tuple[SmiReport, bool]]) -> SmiReport:
             new = remap.get(gpu.index, gpu.index)
             if gpu.pci_bus is not None:
                 by_bdf.setdefault(gpu.pci_bus, new)
-            _merge_fields(gpus.setdefault(new, {}), dataclasses.replace(gpu, index=new), f"GPU {new}", warnings)
+            _merge_fields(gpus.setdefault(new, {}), replace(gpu, index=new), f"GPU {new}", warnings)
         for process in report.processes:
             gpu_index = remap.get(process.gpu, process.gpu) if process.gpu is not None else None
-            process = dataclasses.replace(process, gpu=gpu_index)
+            process = replace(process, gpu=gpu_index)
             key = (process.pid, gpu_index)
             if key in processes:
                 fields: dict[str, Any] = {}
@@ -1077,16 +1078,16 @@ def _merge(items: Sequence[tuple[SmiReport, bool]]) -> SmiReport:
             if a == b:
                 continue
             if a > b:
-                link = dataclasses.replace(link, a_pci_bus=link.b_pci_bus, b_pci_bus=link.a_pci_bus)
+                link = replace(link, a_pci_bus=link.b_pci_bus, b_pci_bus=link.a_pci_bus)
                 a, b = b, a
-            _merge_fields(links.setdefault((a, b), {}), dataclasses.replace(link, a=a, b=b), f"GPUs {a}-{b}", warnings)
+            _merge_fields(links.setdefault((a, b), {}), replace(link, a=a, b=b), f"GPUs {a}-{b}", warnings)
     merged_gpus = tuple(SmiGpu(**fields) for _, fields in sorted(gpus.items()))
     bus = {g.index: g.pci_bus for g in merged_gpus}
     merged_links = []
     for (a, b), fields in sorted(links.items()):
         link = SmiLink(**fields)
         merged_links.append(
-            dataclasses.replace(link, a_pci_bus=bus.get(a) or link.a_pci_bus, b_pci_bus=bus.get(b) or link.b_pci_bus)
+            replace(link, a_pci_bus=bus.get(a) or link.a_pci_bus, b_pci_bus=bus.get(b) or link.b_pci_bus)
         )
     ordered = sorted(processes.values(), key=lambda p: (p.gpu is None, p.gpu or 0, p.pid))
     fmt: SmiFormat = items[0][0].format if items else "json"
@@ -1115,8 +1116,8 @@ def _remap(report: SmiReport, by_bdf: Mapping[str, int], warnings: list[str]) ->
     return remap
 
 
-def _merge_fields(target: dict[str, Any], record: object, where: str, warnings: list[str]) -> None:
-    for field in dataclasses.fields(record):  # type: ignore[arg-type]
+def _merge_fields(target: dict[str, Any], record: msgspec.Struct, where: str, warnings: list[str]) -> None:
+    for field in msgspec.structs.fields(record):
         value = getattr(record, field.name)
         old = target.get(field.name)
         if old is None:
@@ -1128,8 +1129,7 @@ def _merge_fields(target: dict[str, Any], record: object, where: str, warnings: 
 # --------------------------------------------------------------------------- --help
 
 
-@dataclass(frozen=True, slots=True)
-class AmdSmiHelp:
+class AmdSmiHelp(msgspec.Struct, frozen=True):
     """What one ``amd-smi [command] --help`` says the installed version offers.
 
     ``command`` is None for the top-level help (``amd-smi --help`` or plain ``amd-smi``), else the

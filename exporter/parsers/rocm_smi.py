@@ -42,7 +42,8 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from exporter.model import ParseError
 from exporter.model.smi import SmiFormat, SmiGpu, SmiLink, SmiProcess, SmiReport
@@ -158,14 +159,12 @@ _KNOWN_GPU_KEYS = frozenset(
 )
 
 
-@dataclass
-class _PidTable:
+class _PidTable(msgspec.Struct):
     columns: list[str]
     details: bool
 
 
-@dataclass
-class _Matrix:
+class _Matrix(msgspec.Struct):
     """One topology matrix being read: its GPU columns and a row the issue renderer may have wrapped."""
 
     columns: list[int]
@@ -173,15 +172,14 @@ class _Matrix:
     pending: tuple[int, list[str], str] | None = None  # row label, cells so far, text so far
 
 
-@dataclass
-class _State:
+class _State(msgspec.Struct):
     """What the parse has gathered so far (mutable, private; the result is frozen)."""
 
-    gpus: dict[int, dict[str, str | None]] = field(default_factory=dict)
-    processes: list[SmiProcess] = field(default_factory=list)
-    matrices: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)
+    gpus: dict[int, dict[str, str | None]] = msgspec.field(default_factory=dict)
+    processes: list[SmiProcess] = msgspec.field(default_factory=list)
+    matrices: dict[str, dict[tuple[int, int], str]] = msgspec.field(default_factory=dict)
     driver: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
     def gpu(self, index: int) -> dict[str, str | None]:
         return self.gpus.setdefault(index, {})

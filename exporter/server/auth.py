@@ -17,10 +17,10 @@ import hmac
 import re
 import secrets
 import threading
-from dataclasses import dataclass
 from enum import Enum
 
 import bcrypt
+import msgspec
 
 _COST = re.compile(rb"^\$2[abxy]?\$(\d\d)\$")
 _MAX_PASSWORD_BYTES = 72  # bcrypt's limit; Go's x/crypto/bcrypt refuses longer ones too
@@ -32,8 +32,7 @@ class Verdict(Enum):
     NEEDS_BCRYPT = "needs_bcrypt"
 
 
-@dataclass(frozen=True, slots=True)
-class Credentials:
+class Credentials(msgspec.Struct, frozen=True):
     user: str
     password: bytes
 

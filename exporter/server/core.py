@@ -55,11 +55,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from email.utils import formatdate
 from enum import Enum
 from http import HTTPStatus
 from typing import Any
+
+import msgspec
 
 from exporter.logging import get_logger
 from exporter.server.auth import BasicAuth, Verdict
@@ -105,8 +106,7 @@ _WARN_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     backlog: int = 1024  # the kernel caps it at net.core.somaxconn
     # Under systemd's default 1024 open files. Half of it for one address still holds 100 scrapers that reconnect
     # for every scrape (a closed connection is counted until its task has finished, a little after the client
@@ -130,8 +130,7 @@ class Limits:
         return max(1, self.max_requests // 2)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     method: str
     path: str
     query: str
@@ -141,8 +140,7 @@ class Request:
     has_body: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     status: int
     body: bytes = b""
     content_type: str = "text/plain; charset=utf-8"

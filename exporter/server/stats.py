@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 # Why the server closed or refused a connection before its client was done with it. Each is exported from zero,
 # so increase() works at once; the log line of the same kind says more (exporter.server.core).
@@ -31,13 +32,12 @@ DROP_REASONS = (
 INITIAL_CODES = (200, 401, 429, 503)
 
 
-@dataclass(frozen=True, slots=True)
-class StatsView:
+class StatsView(msgspec.Struct, frozen=True):
     connections: int  # open now, in every state
     dropped: Mapping[str, int]  # DROP_REASONS -> connections
     requests: Mapping[int, int]  # status code -> requests answered
     auth_failures: int  # requests refused by basic auth (401)
-    events: Mapping[str, int] = field(default_factory=dict)  # every client fault logged, by kind
+    events: Mapping[str, int] = msgspec.field(default_factory=dict)  # every client fault logged, by kind
 
 
 class ServerStats:

@@ -31,11 +31,12 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
 import requests
+from msgspec.structs import replace
 
 from exporter.config import Config
 from exporter.logging import get_logger
@@ -63,8 +64,7 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-@dataclass(frozen=True, slots=True)
-class Alert:
+class Alert(msgspec.Struct, frozen=True):
     labels: Labels
     annotations: tuple[tuple[str, str], ...]
     starts_at: float  # unix time
@@ -91,8 +91,7 @@ class Alert:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class SentAlert:
+class SentAlert(msgspec.Struct, frozen=True):
     alert: Alert
     at: float  # when it was last handed to the push threads
 

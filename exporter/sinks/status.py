@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
+
+import msgspec
+from msgspec.structs import replace
 
 
 def endpoint_label(url: str) -> str:
@@ -28,8 +30,7 @@ def endpoint_label(url: str) -> str:
     return f"{parts.scheme}://{host}:{port}"
 
 
-@dataclass(frozen=True, slots=True)
-class TargetStatus:
+class TargetStatus(msgspec.Struct, frozen=True):
     alertmanager: str  # endpoint_label of its URL
     successes: int = 0
     failures: int = 0
@@ -37,8 +38,7 @@ class TargetStatus:
     last_error: str | None = None  # None while the last POST succeeded
 
 
-@dataclass(frozen=True, slots=True)
-class PushView:
+class PushView(msgspec.Struct, frozen=True):
     targets: tuple[TargetStatus, ...]
     firing: int  # alerts the watchdog holds firing now
 

@@ -33,8 +33,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
+
+import msgspec
 
 T = TypeVar("T")
 
@@ -82,8 +83,7 @@ def error_kind(exc: OSError) -> str:
     return errno.errorcode.get(exc.errno or 0, "error")
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
+class Outcome(msgspec.Struct, Generic[T], frozen=True):
     """How one keyed call ended: ``done`` (``value``), ``error`` (it raised ``error``), ``timeout`` (it passed the
     deadline and was abandoned) or ``stuck`` (not started: the call abandoned earlier has not returned yet)."""
 

@@ -18,8 +18,9 @@ import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from exporter.config import Config
 from exporter.logging import get_logger

@@ -21,7 +21,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from exporter.logging import get_logger
 
@@ -43,8 +44,7 @@ _starting = 0
 _stopping = threading.Event()
 
 
-@dataclass(frozen=True, slots=True)
-class CommandResult:
+class CommandResult(msgspec.Struct, frozen=True):
     argv: tuple[str, ...]
     returncode: int | None  # None when the program could not be started or was killed
     stdout: str

@@ -13,7 +13,8 @@ from the parsed output: a run that yields no GPU is a failure.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from exporter.config import Config
 from exporter.logging import get_logger

@@ -37,10 +37,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Literal, TypeVar
+
+from msgspec.structs import replace
 
 from exporter.config import Config
 from exporter.logging import get_logger

@@ -16,9 +16,10 @@ causes alert; a consequence is shown under its cause and carries the cause's kin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
+
+import msgspec
 
 from exporter.model.devices import Severity
 
@@ -27,8 +28,7 @@ Scope = Literal["gpu", "node", "group", "drm"]
 ALERT_GENERIC = "RocmDeviceCondition"
 
 
-@dataclass(frozen=True, slots=True)
-class ConditionKind:
+class ConditionKind(msgspec.Struct, frozen=True):
     severity: Severity
     scope: Scope  # what the subject is: a PCI address, a host device path, a group name, a driver@parent key
     baseline: bool  # compared against the baseline: ``baseline accept`` clears it

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from exporter.model.devices import (
     Baseline,
@@ -62,11 +63,10 @@ KFD_PATH = "/dev/kfd"
 EXTENDED_MINOR_BASE = 192  # drm_drv.c DRM_EXTENDED_MINOR_LIMIT: beyond the 64 primaries / 64 renders
 
 
-@dataclass(slots=True)
-class _Found:
+class _Found(msgspec.Struct):
     active: bool
     message: str = ""
-    details: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = msgspec.field(default_factory=dict)
     cause: tuple[str, str] | None = None
 
 

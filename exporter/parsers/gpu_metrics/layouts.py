@@ -2,7 +2,7 @@
 
 Every struct there is a plain C struct (no ``packed`` attribute): members are naturally aligned and the size is
 rounded up to the largest member alignment. Each layout below lists the members in header order with the kernel's
-names; ``Layout`` computes the offsets and a little-endian ``struct`` format string in which every byte of padding,
+names; ``Layout.of`` computes the offsets and a little-endian ``struct`` format string in which every byte of padding,
 the compiler's and the header's own ``padding`` members alike, is an explicit ``x``. tests/test_gpu_metrics.py
 compiles the same structs with gcc and checks every size and offset against these.
 
@@ -13,8 +13,9 @@ swsmu/smu_cmn.h); it has no fixed layout and is decoded in ``attributes.py``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 CType = Literal["u8", "u16", "u32", "u64"]
 
@@ -38,8 +39,7 @@ NUM_XCP = 8
 HEADER_FIELDS = ("structure_size", "format_revision", "content_revision")
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     """One struct member: a scalar (``count`` None) or an array; ``ctype`` is a base type or a nested struct."""
 
     name: str
@@ -68,8 +68,7 @@ class Member:
         return f"{n}{_CODE[self.ctype]}" if n > 1 else _CODE[self.ctype]
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     """A member placed in a struct: its offset and its format piece (leading alignment padding included)."""
 
     member: Member
@@ -95,8 +94,7 @@ def _place(members: tuple[Member, ...]) -> tuple[tuple[Slot, ...], int, int, str
     return tuple(slots), offset + tail, align, f"{tail}x" if tail else ""
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class StructType:
+class StructType(msgspec.Struct, frozen=True):
     """A nested struct type (``struct amdgpu_xcp_metrics``), laid out like the outer ones."""
 
     name: str
@@ -106,18 +104,14 @@ class StructType:
     align: int
     fmt: str  # without byte order; used inside an outer format
 
-    def __init__(self, name: str, *members: Member) -> None:
+    @classmethod
+    def of(cls, name: str, *members: Member) -> StructType:
+        """The struct of ``members`` in declaration order, laid out."""
         slots, size, align, tail = _place(members)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "members", members)
-        object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "align", align)
-        object.__setattr__(self, "fmt", "".join(s.fmt for s in slots) + tail)
+        return cls(name, members, slots, size, align, "".join(s.fmt for s in slots) + tail)
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """One ``struct gpu_metrics_vX_Y``: the header's three members first, then the table."""
 
     name: str
@@ -127,16 +121,14 @@ class Layout:
     size: int
     fmt: str  # '<' + every member + every pad: struct.calcsize(fmt) == size
 
-    def __init__(self, name: str, revision: tuple[int, int], *members: Member) -> None:
+    @classmethod
+    def of(cls, name: str, revision: tuple[int, int], *members: Member) -> Layout:
+        """The table of ``struct gpu_metrics_vX_Y``: the header, then ``members`` in declaration order, laid out."""
         slots, size, _align, tail = _place((*_HEADER, *members))
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "format_revision", revision[0])
-        object.__setattr__(self, "content_revision", revision[1])
-        object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "fmt", "<" + "".join(s.fmt for s in slots) + tail)
-        if struct.calcsize(self.fmt) != size:  # a mistake in this module, caught at import
-            raise AssertionError(f"{name}: format {self.fmt!r} is not {size} bytes")
+        fmt = "<" + "".join(s.fmt for s in slots) + tail
+        if struct.calcsize(fmt) != size:  # a mistake in this module, caught at import
+            raise AssertionError(f"{name}: format {fmt!r} is not {size} bytes")
+        return cls(name, revision[0], revision[1], slots, size, fmt)
 
     def prefix(self, available: int) -> tuple[str, tuple[Slot, ...]]:
         """The format and slots of the longest run of whole members that fits in ``available`` bytes."""
@@ -193,7 +185,7 @@ _V1_CURRENT_CLOCKS = tuple(
     u16(f"current_{clk}") for clk in ("gfxclk", "socclk", "uclk", "vclk0", "dclk0", "vclk1", "dclk1")
 )
 
-GPU_METRICS_V1_0 = Layout(
+GPU_METRICS_V1_0 = Layout.of(
     "gpu_metrics_v1_0",
     (1, 0),
     u64("system_clock_counter"),
@@ -226,9 +218,9 @@ _V1_1_BODY = (
     u32("mem_activity_acc"),
     u16("temperature_hbm", NUM_HBM_INSTANCES),
 )
-GPU_METRICS_V1_1 = Layout("gpu_metrics_v1_1", (1, 1), *_V1_1_BODY)
-GPU_METRICS_V1_2 = Layout("gpu_metrics_v1_2", (1, 2), *_V1_1_BODY, u64("firmware_timestamp"))
-GPU_METRICS_V1_3 = Layout(
+GPU_METRICS_V1_1 = Layout.of("gpu_metrics_v1_1", (1, 1), *_V1_1_BODY)
+GPU_METRICS_V1_2 = Layout.of("gpu_metrics_v1_2", (1, 2), *_V1_1_BODY, u64("firmware_timestamp"))
+GPU_METRICS_V1_3 = Layout.of(
     "gpu_metrics_v1_3",
     (1, 3),
     *_V1_1_BODY,
@@ -280,7 +272,7 @@ _V1_6_RESIDENCY = (
     u32("hbm_thm_residency_acc"),
 )
 
-GPU_METRICS_V1_4 = Layout(
+GPU_METRICS_V1_4 = Layout.of(
     "gpu_metrics_v1_4",
     (1, 4),
     *_V1_4_HEAD,
@@ -295,7 +287,7 @@ GPU_METRICS_V1_4 = Layout(
     *_V1_4_CLOCKS,
     pad("padding", "u16"),
 )
-GPU_METRICS_V1_5 = Layout(
+GPU_METRICS_V1_5 = Layout.of(
     "gpu_metrics_v1_5",
     (1, 5),
     *_V1_4_HEAD,
@@ -315,7 +307,7 @@ GPU_METRICS_V1_5 = Layout(
 # The first v1.6, added to the header in May 2024 (commit d24c43b1e319) and reverted days later "until tool support
 # is ready"; v1.6 was then redefined with per-partition stats. A kernel built in that window carries this one, so a
 # v1.6 table of exactly this size is decoded with it. Its header comment gives PCIe bandwidth in Mbps.
-GPU_METRICS_V1_6_EARLY = Layout(
+GPU_METRICS_V1_6_EARLY = Layout.of(
     "gpu_metrics_v1_6_early",
     (1, 6),
     *_V1_4_HEAD,
@@ -335,14 +327,14 @@ GPU_METRICS_V1_6_EARLY = Layout(
 )
 
 _XCP_HEAD = (u32("gfx_busy_inst", MAX_XCC),)
-AMDGPU_XCP_METRICS = StructType(
+AMDGPU_XCP_METRICS = StructType.of(
     "amdgpu_xcp_metrics",
     *_XCP_HEAD,
     u16("jpeg_busy", NUM_JPEG_ENG),
     u16("vcn_busy", NUM_VCN),
     u64("gfx_busy_acc", MAX_XCC),
 )
-AMDGPU_XCP_METRICS_V1_1 = StructType(
+AMDGPU_XCP_METRICS_V1_1 = StructType.of(
     "amdgpu_xcp_metrics_v1_1",
     *_XCP_HEAD,
     u16("jpeg_busy", NUM_JPEG_ENG),
@@ -350,7 +342,7 @@ AMDGPU_XCP_METRICS_V1_1 = StructType(
     u64("gfx_busy_acc", MAX_XCC),
     u64("gfx_below_host_limit_acc", MAX_XCC),
 )
-AMDGPU_XCP_METRICS_V1_2 = StructType(
+AMDGPU_XCP_METRICS_V1_2 = StructType.of(
     "amdgpu_xcp_metrics_v1_2",
     *_XCP_HEAD,
     u16("jpeg_busy", NUM_JPEG_ENG_V1),
@@ -384,9 +376,9 @@ def _v1_6_on(xcp: StructType, *, v1_7: bool) -> tuple[Member, ...]:
     )
 
 
-GPU_METRICS_V1_6 = Layout("gpu_metrics_v1_6", (1, 6), *_v1_6_on(AMDGPU_XCP_METRICS, v1_7=False))
-GPU_METRICS_V1_7 = Layout("gpu_metrics_v1_7", (1, 7), *_v1_6_on(AMDGPU_XCP_METRICS_V1_1, v1_7=True))
-GPU_METRICS_V1_8 = Layout("gpu_metrics_v1_8", (1, 8), *_v1_6_on(AMDGPU_XCP_METRICS_V1_2, v1_7=True))
+GPU_METRICS_V1_6 = Layout.of("gpu_metrics_v1_6", (1, 6), *_v1_6_on(AMDGPU_XCP_METRICS, v1_7=False))
+GPU_METRICS_V1_7 = Layout.of("gpu_metrics_v1_7", (1, 7), *_v1_6_on(AMDGPU_XCP_METRICS_V1_1, v1_7=True))
+GPU_METRICS_V1_8 = Layout.of("gpu_metrics_v1_8", (1, 8), *_v1_6_on(AMDGPU_XCP_METRICS_V1_2, v1_7=True))
 
 # --- APU (formats 2 and 3) -------------------------------------------------------------------------------------
 
@@ -411,7 +403,7 @@ _V2_CLOCKS = (
     u16("current_l3clk", 2),
 )
 
-GPU_METRICS_V2_0 = Layout(
+GPU_METRICS_V2_0 = Layout.of(
     "gpu_metrics_v2_0",
     (2, 0),
     u64("system_clock_counter"),
@@ -439,12 +431,12 @@ _V2_3_AVERAGE_TEMPERATURES = (
     u16("average_temperature_core", 8),
     u16("average_temperature_l3", 2),
 )
-GPU_METRICS_V2_1 = Layout("gpu_metrics_v2_1", (2, 1), *_V2_1_BODY)
-GPU_METRICS_V2_2 = Layout("gpu_metrics_v2_2", (2, 2), *_V2_1_BODY, u64("indep_throttle_status"))
-GPU_METRICS_V2_3 = Layout(
+GPU_METRICS_V2_1 = Layout.of("gpu_metrics_v2_1", (2, 1), *_V2_1_BODY)
+GPU_METRICS_V2_2 = Layout.of("gpu_metrics_v2_2", (2, 2), *_V2_1_BODY, u64("indep_throttle_status"))
+GPU_METRICS_V2_3 = Layout.of(
     "gpu_metrics_v2_3", (2, 3), *_V2_1_BODY, u64("indep_throttle_status"), *_V2_3_AVERAGE_TEMPERATURES
 )
-GPU_METRICS_V2_4 = Layout(
+GPU_METRICS_V2_4 = Layout.of(
     "gpu_metrics_v2_4",
     (2, 4),
     *_V2_1_BODY,
@@ -458,7 +450,7 @@ GPU_METRICS_V2_4 = Layout(
     u16("average_gfx_current"),
 )
 
-GPU_METRICS_V3_0 = Layout(
+GPU_METRICS_V3_0 = Layout.of(
     "gpu_metrics_v3_0",
     (3, 0),
     u16("temperature_gfx"),
