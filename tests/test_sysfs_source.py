@@ -429,6 +429,48 @@ def test_source_collects_from_config(tmp_path: Path) -> None:
     source.close()
 
 
+def test_source_reads_fixed_files_once_per_directory_and_again_when_it_is_recreated(tmp_path: Path) -> None:
+    """The telemetry source keeps what identity files said while the GPU's drm directory (and a KFD node's
+    directory) exists; values that change are read every walk; a re-created directory is read afresh; a walk
+    without memory (the devices source, check) reads every file."""
+    bdf = "0000:03:00.0"
+    root = build_root(tmp_path, [FakeGpu(bdf, card=1, render=128, kfd_node=1, busy_percent=10)])
+    source = SysfsSource(root.config())
+    first = source.collect().gpus[0]
+    assert (first.model, first.vbios, first.busy_ratio, first.kfd_node) == (
+        "AMD Instinct MI210",
+        "113-D67301-063",
+        0.1,
+        1,
+    )
+    root.write_attr(bdf, "product_name", "Edited In Place\n")
+    root.write_attr(bdf, "gpu_busy_percent", "55\n")
+    root.set_partition(bdf, "CPX")
+    kept = source.collect().gpus[0]
+    assert (kept.model, kept.busy_ratio, kept.compute_partition) == ("AMD Instinct MI210", 0.55, "CPX")
+    assert read_sysfs(root.sys).gpus[0].model == "Edited In Place"  # no memory: every file read
+    root.gpu(bdf).product_name = "AMD Instinct MI210 (rebound)"
+    root.gpu(bdf).vbios = "113-D67301-100"
+    root.rebuild()  # the directories are created again, as when the driver binds the GPU again
+    fresh = source.collect().gpus[0]
+    assert (fresh.model, fresh.vbios) == ("AMD Instinct MI210 (rebound)", "113-D67301-100")
+    source.close()
+
+
+def test_source_reads_a_fixed_file_again_until_it_could_be_read(tmp_path: Path) -> None:
+    bdf = "0000:03:00.0"
+    root = build_root(tmp_path, [FakeGpu(bdf, card=1, render=128, kfd_node=1, unreadable=frozenset({"vbios_version"}))])
+    source = SysfsSource(root.config())
+    snap = source.collect()
+    assert snap.gpus[0].vbios is None
+    assert [e.file for e in snap.read_errors] == ["vbios_version"]
+    vbios = root.pci_dir(bdf) / "vbios_version"
+    vbios.rmdir()  # unreadable: a directory in the file's place
+    vbios.write_text("113-D67301-063\n")
+    assert source.collect().gpus[0].vbios == "113-D67301-063"
+    source.close()
+
+
 @pytest.mark.parametrize("kind", ["missing", "file"])
 def test_source_error_only_when_the_root_is_unusable(tmp_path: Path, kind: str) -> None:
     sysfs = tmp_path / "sys"

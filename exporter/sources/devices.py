@@ -19,6 +19,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
@@ -56,6 +57,9 @@ from exporter.watchdog.baseline import (
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+
+if TYPE_CHECKING:
+    from exporter.sources.sysfs import FixedValues
 
 log = get_logger(__name__)
 
@@ -394,6 +398,8 @@ class DevicesSource:
         self._written: frozenset[tuple[str, str, float]] | None = None  # what conditions.json holds
         self._carried: dict[tuple[str, str], Condition] = {}  # baseline conditions not evaluated now
         self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
+        # what the identity files said (exporter.sources.sysfs.FixedValues), kept while their directories exist
+        self._fixed: FixedValues | None = None
 
     def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
         try:
@@ -505,9 +511,12 @@ class DevicesSource:
         self._drift_reason = why
 
     def collect(self) -> DeviceWatchState:
-        from exporter.sources.sysfs import read_sysfs
+        from exporter.sources.sysfs import FixedValues, read_sysfs
 
-        sysfs = read_sysfs(self._config.sysfs, with_state=False)
+        if self._fixed is None:
+            self._fixed = FixedValues()
+
+        sysfs = read_sysfs(self._config.sysfs, with_state=False, fixed=self._fixed)
         devices = read_devices(self._config, sysfs, self._creds)
         now = self._clock()
         baseline, problem = self._load()
