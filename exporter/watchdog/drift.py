@@ -70,7 +70,9 @@ class _Found(msgspec.Struct):
     cause: tuple[str, str] | None = None
 
 
-_INACTIVE_DETAILS: dict[str, str] = {}
+# What every check that does not hold records: one shared record (thousands of checks per evaluation on a
+# partitioned host), never changed (only active findings get a cause, details or a longer message).
+_INACTIVE = _Found(False, "", {})
 
 
 class _Checks:
@@ -82,7 +84,7 @@ class _Checks:
     def add(self, kind: str, subject: str, active: bool, message: str = "", **details: object) -> None:
         assert kind in KINDS, kind
         if not active:  # most checks, every interval: keep them cheap
-            self.found[(kind, subject)] = _Found(False, "", _INACTIVE_DETAILS)
+            self.found[(kind, subject)] = _INACTIVE
             return
         text = {k: "" if v is None else str(v) for k, v in details.items()}
         self.found[(kind, subject)] = _Found(True, message, text)
@@ -492,7 +494,7 @@ def _attribute_nodes(c: _Checks, sysfs: SysfsSnapshot, baseline: Baseline) -> No
         if owner not in now_bdfs:
             c.caused_by((kind, path), ("gpu_missing", owner))
         elif now_owner.get(path) != owner:
-            c.found[(kind, path)] = _Found(False, "", _INACTIVE_DETAILS)
+            c.found[(kind, path)] = _INACTIVE
 
 
 def _attribute_renumbering(c: _Checks) -> None:
@@ -548,10 +550,11 @@ _SAME_CHANGE = {
 def _attribute_same_change(c: _Checks) -> None:
     roots: dict[tuple[str, ...], tuple[str, str]] = {}
     # /dev/kfd first: the node every compute process needs names the change
-    for key in sorted(c.found, key=lambda k: (k[1] != KFD_PATH, k)):
-        fields = _SAME_CHANGE.get(key[0])
+    active = [k for k, f in c.found.items() if f.active and k[0] in _SAME_CHANGE]
+    for key in sorted(active, key=lambda k: (k[1] != KFD_PATH, k)):
+        fields = _SAME_CHANGE[key[0]]
         f = c.found[key]
-        if fields is None or not f.active or f.cause is not None:
+        if f.cause is not None:
             continue
         change = (key[0], *(f.details.get(name, "") for name in fields))
         root = roots.setdefault(change, key)
