@@ -55,6 +55,18 @@ class Interrupt:
     def is_set(self) -> bool:
         return self._set
 
+    def write_fileno(self) -> int:
+        """The pipe's write end: ``signal.set_wakeup_fd`` takes it, so that a signal wakes a ``wait`` on this pipe
+        whichever thread the kernel delivered it to."""
+        return self._write
+
+    def clear(self) -> None:
+        """Empty the pipe and forget ``set``: the next wait sleeps until the next ``set`` or signal."""
+        self._set = False
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._read, 4096):
+                pass
+
     def close(self) -> None:
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):
