@@ -12,9 +12,11 @@ from exporter.store import SnapshotStore
 
 
 def _smi_jobs(config: Config) -> Iterator[Scheduled]:
+    amd, rocm = config.enabled("amd-smi"), config.enabled("rocm-smi")
+    if not amd and not rocm:
+        return  # without importing the tools' sources and parsers
     from exporter.sources.smi import AMD_SMI_PROBED, AmdSmiSource, AutoSmiSource, RocmSmiSource
 
-    amd, rocm = config.enabled("amd-smi"), config.enabled("rocm-smi")
     timeout = config.smi_timeout_seconds
     # amd-smi runs up to one invocation per probed subcommand, one after the other, each with the timeout.
     amd_timeout = len(AMD_SMI_PROBED) * timeout
