@@ -298,12 +298,14 @@ def spawn(label: str, argv: list[str], port: int, logs: Path) -> Iterator[Server
         stop(proc)
 
 
-def ours_argv(host: Host, port: int, kernel_log: Path | None = None) -> list[str]:
+def ours_argv(host: Host, port: int, kernel_log: Path | None = None, backend: str = "both") -> list[str]:
+    """``serve`` on the host; ``backend``: ``--smi.backend`` (both tools by default, every source's output in the
+    scrape; ``auto``, the default of the exporter, runs amd-smi alone when both are installed)."""
     return [
         sys.executable, "-m", "exporter", "serve", f"--web.listen-address=127.0.0.1:{port}",
         f"--path.rootfs={host.root.root}", f"--state.dir={host.fresh_state_dir()}",
         f"--kernel-log.path={kernel_log or host.kernel_log}", f"--rocm-smi.path={host.tools / 'rocm-smi'}",
-        f"--amd-smi.path={host.tools / 'amd-smi'}", "--smi.backend=both", "--log.level=error",
+        f"--amd-smi.path={host.tools / 'amd-smi'}", f"--smi.backend={backend}", "--log.level=error",
     ]  # fmt: skip
 
 
@@ -313,9 +315,11 @@ def node_exporter_argv(exe: str, host: Host, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def start_ours(host: Host, logs: Path, kernel_log: Path | None = None) -> Iterator[Server]:
+def start_ours(
+    host: Host, logs: Path, kernel_log: Path | None = None, backend: str = "both", label: str = "rocm-watchdog"
+) -> Iterator[Server]:
     port = free_port()
-    with spawn(f"rocm-watchdog {host.label}", ours_argv(host, port, kernel_log), port, logs) as server:
+    with spawn(f"{label} {host.label}", ours_argv(host, port, kernel_log, backend), port, logs) as server:
         yield server
 
 
@@ -625,7 +629,11 @@ def section_idle(hosts: dict[str, Host], args: argparse.Namespace, logs: Path) -
     with contextlib.ExitStack() as stack:
         servers: list[tuple[Host, Server]] = []
         for host in hosts.values():
-            servers.append((host, stack.enter_context(start_ours(host, logs))))
+            # the target: the exporter's defaults (--smi.backend=auto: amd-smi alone, as on a host with both tools)
+            servers.append((host, stack.enter_context(start_ours(host, logs, backend="auto"))))
+            # beside it, for the record: both tools every interval, as the scrape section runs it
+            label = "rocm-watchdog (--smi.backend=both)"
+            servers.append((host, stack.enter_context(start_ours(host, logs, backend="both", label=label))))
             anchor = stack.enter_context(start_node_exporter(host, logs))
             if anchor is not None:
                 servers.append((host, anchor))
@@ -655,7 +663,7 @@ def section_idle(hosts: dict[str, Host], args: argparse.Namespace, logs: Path) -
         results = []
         for (host, server), scraper, b, a, (rss, hwm) in zip(servers, scrapers, before, after, memory, strict=True):
             results.append(IdleResult(
-                host.label, server.label.split()[0], elapsed, (a[0] - b[0]) / elapsed * 3600,
+                host.label, server.label.removesuffix(f" {host.label}"), elapsed, (a[0] - b[0]) / elapsed * 3600,
                 (a[1] - b[1]) / elapsed * 3600, rss, hwm, len(scraper.durations_ms), scraper.failures,
                 median(scraper.durations_ms),
             ))  # fmt: skip
@@ -685,7 +693,9 @@ def report_idle(results: list[IdleResult]) -> str:
     window = results[0].window_s if results else float("nan")
     return "\n".join([
         f"All at once, default intervals, scraped every {IDLE_SCRAPE_EVERY_S:g} s (text, gzip); CPU over "
-        f"{fmt(window, 0)} s after a {IDLE_WARMUP_S:g} s warm-up, extrapolated to an hour.\n",
+        f"{fmt(window, 0)} s after a {IDLE_WARMUP_S:g} s warm-up, extrapolated to an hour. `rocm-watchdog` runs "
+        "with its defaults (`--smi.backend=auto`: amd-smi alone where both tools are installed); the row below it "
+        "runs both tools every interval, as the scrape section does, for the record (no target).\n",
         table(["host", "target", "CPU s/h", "children CPU s/h (not counted)", "VmRSS MiB", "VmHWM MiB",
                "scrapes", "scrape median ms", "target", "met"], rows),
     ])  # fmt: skip
