@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
     from exporter.scheduler import Scheduler
     from exporter.sinks.status import PushStatus
-    from exporter.sources.wakeup import Interrupt
 
 EXIT_BAD_CONFIG = ExitCode.USAGE
 
@@ -977,15 +976,6 @@ SHUTDOWN_DEADLINE_SECONDS = 4.0
 MAIN_LOOP_WAKE_SECONDS = 60.0  # a signal wakes serve's main loop at once; this is only a safety net
 
 
-def reload_requested(reload: threading.Event, wake: Interrupt) -> None:
-    """SIGHUP: ask serve's main loop to reload the configuration (``exporter.reload``: it logs ``config_reloaded``
-    or ``config_reload_failed``). A handler only asks; where the signal's default action would end the process
-    without a word and orphan a running tool."""
-    log.info("reload_requested")
-    reload.set()
-    wake.set()
-
-
 def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
     """The last resort of a shutdown: when the process is still here ``seconds`` from now (something it waits for
     at exit is stuck), kill the tools' process groups, close ``listeners``, log which threads remain and leave with
@@ -1051,7 +1041,6 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     # kernel may deliver the signal to any thread, and only the wake-up fd written by the C-level handler wakes
     # the main thread then (a periodic wake-up instead, once a second, cost 0.4 CPU-seconds an hour).
     wake = Interrupt()
-    reload = threading.Event()
 
     def healthy() -> tuple[bool, str]:
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
@@ -1074,15 +1063,18 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     exposition.invalidate()
     reloader = Reloader(running, load) if load is not None else None
 
+    received: list[int] = []  # signals the main loop has not acted on yet
+
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("stopping", signal=signal.Signals(signum).name)
-        stop.set()
+        # Python runs a handler between two bytecodes of the main thread, which may be inside a log call holding
+        # the log's lock: a handler that logged deadlocked there. It only notes the signal and wakes the loop.
+        received.append(signum)
         wake.set()
 
     # Before the first tool starts: a signal's default action would end the process and orphan a running tool.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, lambda _signum, _frame: reload_requested(reload, wake))
+    # SIGHUP reloads the configuration (exporter.reload logs config_reloaded or config_reload_failed).
+    for handled in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(handled, on_signal)
     scheduler.start()
     log.info(
         "serving",
@@ -1098,8 +1090,13 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     while not stop.is_set():
         wait_readable([wake.fileno()], MAIN_LOOP_WAKE_SECONDS)
         wake.clear()
-        if reload.is_set() and not stop.is_set():
-            reload.clear()
+        while received and not stop.is_set():
+            signum = received.pop(0)
+            if signum != signal.SIGHUP:
+                log.info("stopping", signal=signal.Signals(signum).name)
+                stop.set()
+                continue
+            log.info("reload_requested")
             if reloader is None:
                 log.warning("config_reload_unavailable")
             else:
