@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from exporter.model.kernel import KERNEL_CLASSES, KernelRecord
 from exporter.parsers.kernel_log import parse_kernel_log_records

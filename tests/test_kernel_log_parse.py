@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.model import ParseError
+from exporter.parsers import kernel_log
 from exporter.parsers.kernel_log import (
+    DEVICE_PREFIX,
     KernelLogLineParser,
+    amdgpu_device,
     parse_kernel_log_records,
     parse_kmsg_record,
     split_message,
@@ -237,6 +242,60 @@ def test_headed_log_takes_unmistakable_bare_kernel_lines_only() -> None:
     assert parsed.format == "dmesg"
     assert [(r.line, r.monotonic_seconds) for r in parsed.records] == [(1, 1.0), (2, None)]
     assert parsed.warnings == ("line 3: not a kernel-log line: 'Note: then it froze'",)
+
+
+_ONE_TAG = re.compile(kernel_log._TAG)
+
+
+def _reference_split(text: str) -> tuple[str | None, str | None, str, int, str | None]:
+    """split_message and amdgpu_device as DEVICE_PREFIX and one tag at a time read a message: (driver, bdf, body,
+    start, amdgpu device)."""
+    driver = bdf = None
+    pos, end = 0, len(text)
+    m = DEVICE_PREFIX.match(text)
+    if m is not None:
+        driver, bdf, pos, end = m["drv"], m["bdf"].lower(), m.start("rest"), m.end("rest")
+    first = None
+    for _ in range(5):
+        t = _ONE_TAG.match(text, pos, end)
+        if t is None:
+            break
+        first = first or t.group(0)
+        pos = t.end()
+    if driver is None and first is not None and first.startswith("amdgpu:"):
+        driver = "amdgpu"
+    gpu = m["bdf"].lower() if m is not None and text.startswith("amdgpu ") else None
+    return driver, bdf, text[pos:end], pos, gpu
+
+
+_PIECES = st.sampled_from(
+    [
+        *("amdgpu ", "pcieport ", "0000:03:00.0", "0000:0G:00.0", ": ", ":", " ", "\n", "\r", "\t", "x", "AER: "),
+        *("amdgpu:", "amdgpu: ", "kfd kfd: ", "kfd: ", "drmn0: ", "drmn: ", "[drm] ", "[drm:f [amdgpu]] "),
+        *("*ERROR* ", "[drm ERROR :f] ", "[powerplay] ", "{12}", "{x}", "GPU reset begin!"),
+    ]
+)
+
+
+@given(st.lists(_PIECES, max_size=12))
+def test_split_message_reads_prefix_and_tags_as_the_patterns_do(pieces: list[str]) -> None:
+    """The split takes the prefix and the usual tag without a pattern where it can: what it gives is what
+    DEVICE_PREFIX and the tag pattern, one tag at a time, give (newlines, stacked tags, no prefix...)."""
+    text = "".join(pieces)
+    parts = split_message(text)
+    assert (parts.driver, parts.bdf, parts.body, parts.start, amdgpu_device(text)) == _reference_split(text)
+
+
+def test_module_patterns_are_compiled_on_first_use_and_then_used_directly() -> None:
+    source = Path(kernel_log.__file__).read_text(encoding="utf-8")
+    names = re.findall(r'^(\w+)(?:: [^=]+)? = _deferred\(\s*"(\w+)"', source, re.M)
+    assert len(names) == source.count(" = _deferred(") > 10
+    assert all(name == given_name for name, given_name in names)  # each replaces itself, not another global
+    for name, _ in names:
+        value = getattr(kernel_log, name)
+        assert isinstance(value, (re.Pattern, kernel_log._Deferred))
+        assert value.pattern  # used through the stand-in (as a module that imported the name does)
+        assert isinstance(getattr(kernel_log, name), re.Pattern)  # the module now has the compiled pattern
 
 
 def test_freebsd_and_old_kfd_prefixes() -> None:

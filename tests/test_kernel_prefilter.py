@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_log_corpus import EXAMPLE_LINES, GOLDEN, NOISE, A, B, corpus, digest, follow, report
+from msgspec.structs import replace
 
 from exporter.config import Config
 from exporter.model.kernel import KernelRecord
@@ -300,7 +300,7 @@ def test_a_noise_line_is_never_split() -> None:
     c = KernelClassifier(RULES)
     assert c.feed(KernelRecord(line=1, text=f"amdgpu {A}: amdgpu: SMU is initialized successfully!")) == []
     assert c._seen_gpus == {A}  # it still names a GPU
-    assert c._matches == {}  # and was never split or matched
+    assert c._plans == {} and c._older_plans == {}  # and was never split or matched (nor kept)
 
 
 # -- the chunk path of the followed file ---------------------------------------------------------------------------
@@ -462,6 +462,23 @@ def test_the_json_twin_of_the_shipped_rules_is_current_and_used() -> None:
     assert from_twin.prefilter.key_slots == from_yaml.prefilter.key_slots
     kernel_rules.default_rules.cache_clear()
     assert kernel_rules.default_rules().rules == from_yaml.rules
+
+
+def test_the_shipped_rules_compile_a_pattern_when_a_line_first_needs_it() -> None:
+    """Loading the shipped rules from their twin (checked in full when it was written) compiles none of their
+    regexes; a line compiles the patterns it is tried against. A user's file is compiled, and checked, at load."""
+    from exporter.watchdog import kernel_rules
+
+    data = Path(kernel_rules.__file__).resolve().parent.parent / "data"
+    doc = json.loads((data / kernel_rules.SHIPPED_RULES_JSON).read_text(encoding="utf-8"))
+    rules = compile_rules(doc["rules"], "x", doc["slot_literals"], checked=True)
+    assert rules.prefilter is not None and all(s.compiled is None for s in rules.slots)
+    text = f"amdgpu {A}: amdgpu: GPU reset begin!"
+    match = match_message(rules, text)
+    assert match.rule is not None and match.rule.event_class == "gpu_reset_begin"
+    tried = set(rules.prefilter.slots_in(rules.prefilter.scan(text), 0, len(text)))
+    assert {i for i, s in enumerate(rules.slots) if s.compiled is not None} == tried != set()
+    assert all(s.compiled is not None for s in load_rules(data / kernel_rules.SHIPPED_RULES).slots)
 
 
 def test_the_twin_spares_yaml_and_a_stale_twin_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,42 +11,78 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Any, Protocol
+
+import msgspec
+from msgspec.structs import replace
 
 from exporter.model import ParseError
 from exporter.model.kernel import KernelRecord
 from exporter.parsers.common import normalize_bdf
 
+
+class _Deferred:
+    """A module-level pattern compiled when it is first used, not at import: most of them serve inputs a given
+    process never sees (pastes, other formats), and compiling them all cost every start several milliseconds.
+    The first use compiles the pattern and puts it in the module's namespace in place of this stand-in, so the
+    module's own functions use the compiled pattern itself from then on; a reference taken before (an import of
+    the name) keeps working through ``__getattr__``."""
+
+    __slots__ = ("_flags", "_name", "_pattern")
+
+    def __init__(self, name: str, pattern: str | bytes, flags: int) -> None:
+        self._name, self._pattern, self._flags = name, pattern, flags
+
+    def compile(self) -> re.Pattern[Any]:
+        compiled = re.compile(self._pattern, self._flags)
+        globals()[self._name] = compiled
+        return compiled
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.compile(), attr)
+
+
+def _deferred(name: str, pattern: str | bytes, flags: int = 0) -> Any:
+    """``re.compile(pattern, flags)`` on first use, for the module global ``name`` (see ``_Deferred``)."""
+    return _Deferred(name, pattern, flags)
+
+
 FORMATS = ("kmsg", "dmesg", "journal-short", "journal-rfc3339", "journal-json", "dmesg-json", "plain")
 
 # /dev/kmsg: "PRI,SEQ,TS_USEC,FLAGS[,...];message" then " KEY=value" dictionary lines.
-_KMSG = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<ts>\d+),(?P<flags>[^,;]*)(?:,[^;]*)?;(?P<msg>.*)$")
-_KMSG_DICT = re.compile(r"^ (?P<key>[A-Z_][A-Z0-9_]*)=(?P<val>.*)$")
+_KMSG: re.Pattern[str] = _deferred(
+    "_KMSG", r"^(?P<pri>\d+),(?P<seq>\d+),(?P<ts>\d+),(?P<flags>[^,;]*)(?:,[^;]*)?;(?P<msg>.*)$"
+)
+_KMSG_DICT: re.Pattern[str] = _deferred("_KMSG_DICT", r"^ (?P<key>[A-Z_][A-Z0-9_]*)=(?P<val>.*)$")
 
 # dmesg: optional raw "<N>" or decoded "kern  :err   : ", then "[ mono]" or "[wall]", optional caller "[  T609]".
 # dmesg -H / -e (what people paste from a terminal): "[Nov19 10:34]" (locale month) then "[  +0.000007]" deltas
 # ("+0,000007" in comma locales). Neither is the kernel's clock, so they give no timestamp.
-_DMESG = re.compile(
+_DMESG: re.Pattern[str] = _deferred(
+    "_DMESG",
     r"^(?:<(?P<pri>\d+)>|(?P<fac>[a-z]+[0-7]?)\s*:(?P<lvl>[a-z]+)\s*: )?"
     r"(?:\[\s*(?P<mono>\d+\.\d+)\]|\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
     r"|\[(?P<human>\s*\+\d+[.,]\d+|[^\W\d_]{3}\d{1,2} \d\d:\d\d)\])?"
-    r"(?: ?\[\s*[TC]\d+\])? ?(?P<msg>.*)$"
+    r"(?: ?\[\s*[TC]\d+\])? ?(?P<msg>.*)$",
 )
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # dmesg --color, copied from a terminal
+_ANSI: re.Pattern[str] = _deferred("_ANSI", r"\x1b\[[0-9;]*[A-Za-z]")  # dmesg --color, copied from a terminal
 _KERNEL_TS = r"(?:\[\s*(?P<mono>\d+\.\d+)\] ?)?"
 _IDENT = r"(?P<ident>[^\s:\[\]]+)(?:\[\d+\])?: "
-_JOURNAL_RFC3339 = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) " + _IDENT + _KERNEL_TS
+_JOURNAL_RFC3339: re.Pattern[str] = _deferred(
+    "_JOURNAL_RFC3339",
+    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) " + _IDENT + _KERNEL_TS,
 )
 # Month names follow the locale ("Oct", "feb", "kvě", "févr."); a host name may be empty ("Jan 02 21:35:19  kernel:").
-_JOURNAL_SHORT = re.compile(
-    r"^(?P<ts>[^\W\d_]{2,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) +(?:(?P<host>\S+) +)??" + _IDENT + _KERNEL_TS
+_JOURNAL_SHORT: re.Pattern[str] = _deferred(
+    "_JOURNAL_SHORT",
+    r"^(?P<ts>[^\W\d_]{2,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) +(?:(?P<host>\S+) +)??" + _IDENT + _KERNEL_TS,
 )
 # A syslog file with the date and host cut off ("kernel: [ 2484.374025] msg"): only the kernel's own identifier.
-_SYSLOG_BARE = re.compile(r"^(?P<ident>kernel): " + _KERNEL_TS)
-_JOURNAL_META = re.compile(r"^-- (?:Boot [0-9a-f]+|Reboot|Logs begin at|Journal begins at|No entries|Logs end).*--?$")
+_SYSLOG_BARE: re.Pattern[str] = _deferred("_SYSLOG_BARE", r"^(?P<ident>kernel): " + _KERNEL_TS)
+_JOURNAL_META: re.Pattern[str] = _deferred(
+    "_JOURNAL_META", r"^-- (?:Boot [0-9a-f]+|Reboot|Logs begin at|Journal begins at|No entries|Logs end).*--?$"
+)
 
 FACILITY_NAMES = (
     *("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"),
@@ -58,31 +94,34 @@ LEVEL_NAMES = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug
 # opening the first line ("<pre><code>[ 1.0] ..."), the file
 # name grep puts before each match ("/var/log/syslog:", "kern.log.1:") and grep -n line numbers. Stripped (at most a
 # few times) only when what follows is a line of a format with a header.
-_PASTE_PREFIX = re.compile(
+_PASTE_PREFIX: re.Pattern[str] = _deferred(
+    "_PASTE_PREFIX",
     r"^(?:\s+|>+ ?|[\u2502|] ?|(?:</?[A-Za-z][\w-]*[^<>]*>)+"
-    r"|(?:\S*/)?[\w.-]*(?:log|syslog|messages)(?:\.\d+)?(?:\.gz)?:(?:\d+[:-])?|\d+[:-])"
+    r"|(?:\S*/)?[\w.-]*(?:log|syslog|messages)(?:\.\d+)?(?:\.gz)?:(?:\d+[:-])?|\d+[:-])",
 )
-_PASTE_SUFFIX = re.compile(r"\s*[\u2502|]?\s*$")
+_PASTE_SUFFIX: re.Pattern[str] = _deferred("_PASTE_SUFFIX", r"\s*[\u2502|]?\s*$")
 
 # Messages without any header (dmesg --notime, or timestamps cut off by whoever pasted the log). A line is taken as
 # a kernel message when it starts the way kernel messages start: a dev_printk prefix, a DRM tag, a RAS/APEI tag or
 # an amdgpu/kfd/FreeBSD drmn prefix; in a log without any header also "subsystem: text".
-_PLAIN_STRICT = re.compile(
+_PLAIN_STRICT: re.Pattern[str] = _deferred(
+    "_PLAIN_STRICT",
     r"^(?:[\w.-]+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: |\[drm[\]: ]|(?:\{\d+\})?\[Hardware Error\]"
-    r"|(?:amdgpu|amdkfd|kfd(?: kfd)?|drmn\d+): \S)"
+    r"|(?:amdgpu|amdkfd|kfd(?: kfd)?|drmn\d+): \S)",
 )
-_PLAIN_SUBSYSTEM = re.compile(r"^[\w.-]+(?: [\w.:-]+)?: \S")
+_PLAIN_SUBSYSTEM: re.Pattern[str] = _deferred("_PLAIN_SUBSYSTEM", r"^[\w.-]+(?: [\w.:-]+)?: \S")
 # Lines of a paste that are not log lines: code fences, elisions, HTML tags, shell prompts, prose ending in ":".
-_PASTE_JUNK = re.compile(r"^(?:[`~]{1,}.*|\.{3,}|\u2026|</?[A-Za-z][^>]*>.*|\S*[$#] .*|\$|.*:)$")
+_PASTE_JUNK: re.Pattern[str] = _deferred(
+    "_PASTE_JUNK", r"^(?:[`~]{1,}.*|\.{3,}|\u2026|</?[A-Za-z][^>]*>.*|\S*[$#] .*|\$|.*:)$"
+)
 
 # The device prefix dev_printk puts in the text: "<driver> <bdf>: [amdgpu: ]message".
-DEVICE_PREFIX = re.compile(
-    r"^(?P<drv>[\w.-]+) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?P<rest>.*)$"
+DEVICE_PREFIX: re.Pattern[str] = _deferred(
+    "DEVICE_PREFIX", r"^(?P<drv>[\w.-]+) (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?P<rest>.*)$"
 )
 
 
-@dataclass(frozen=True, slots=True)
-class KernelLogParse:
+class KernelLogParse(msgspec.Struct, frozen=True):
     format: str | None
     records: tuple[KernelRecord, ...]
     warnings: tuple[str, ...]
@@ -127,7 +166,7 @@ def _with_dictionary(record: KernelRecord, pairs: Sequence[tuple[str, str]]) -> 
     if not pairs:
         return record
     device = next((_pci_device(v) for k, v in pairs if k == "DEVICE"), None)
-    return record._replace(dictionary=tuple(pairs), device=device)
+    return replace(record, dictionary=tuple(pairs), device=device)
 
 
 def _dmesg_record(m: re.Match[str], lineno: int) -> KernelRecord | None:
@@ -208,10 +247,12 @@ def _journal_json_record(obj: dict[str, object], lineno: int) -> KernelRecord | 
 
 
 # What _DMESG reads from a line that opens with "[ mono]" (the usual dmesg line), without trying its other forms.
-_DMESG_MONO = re.compile(r"\[\s*(\d+\.\d+)\](?: ?\[\s*[TC]\d+\])? ?(.*)")
+_DMESG_MONO: re.Pattern[str] = _deferred("_DMESG_MONO", r"\[\s*(\d+\.\d+)\](?: ?\[\s*[TC]\d+\])? ?(.*)")
 # The same, for every such line of a decoded chunk in one pass (whitespace that is not a newline for \s, a line
 # end for the end of the text).
-_DMESG_LINES = re.compile(r"^\[[^\S\n]*(\d+\.\d+)\](?: ?\[[^\S\n]*[TC]\d+\])? ?([^\n]*)\n", re.M)
+_DMESG_LINES: re.Pattern[str] = _deferred(
+    "_DMESG_LINES", r"^\[[^\S\n]*(\d+\.\d+)\](?: ?\[[^\S\n]*[TC]\d+\])? ?([^\n]*)\n", re.M
+)
 # A chunk in which at least one line in DENSE_FRACTION holds a literal is read in one pass (_dense_dmesg) rather
 # than literal by literal with the runs between them skipped.
 DENSE_FRACTION = 4
@@ -302,7 +343,7 @@ class KernelLogLineParser:
                 self._last = record
             return out
         if line[:1] in (" ", "\t") and self._last is not None and self.format != "plain":
-            out.append(self._last._replace(line=lineno, text=line.strip()))
+            out.append(replace(self._last, line=lineno, text=line.strip()))
             return out
         plain = self._plain(line, lineno)
         if plain is not None:
@@ -361,12 +402,12 @@ class KernelLogLineParser:
         """
         out: list[KernelRecord | SkippedRecords] = []
         pos, size, line = 0, len(data), first_line
-        fast = _FAST.get(self.format or "") if scanner is not None else None
+        fast = _fast(self.format) if scanner is not None else None
         while fast is None and pos < size:  # the format is not known yet, or has no fast path
             end = data.index(b"\n", pos)
             out.extend(self.feed(data[pos:end].decode("utf-8", "replace"), line))
             pos, line = end + 1, line + 1
-            fast = _FAST.get(self.format or "") if scanner is not None else None
+            fast = _fast(self.format) if scanner is not None else None
         if fast is None or pos >= size:
             return out
         assert scanner is not None and self.format is not None
@@ -421,16 +462,19 @@ class KernelLogLineParser:
         record (a line without a literal too: the classifier does with it what it does with a skipped one)."""
         text = data[pos:].decode("utf-8", "replace")
         if "\x1b" not in text:
-            found = _DMESG_LINES.findall(text)
-            if len(found) == text.count("\n"):  # every line is the usual dmesg line: no gaps to look after
-                new, record = tuple.__new__, KernelRecord  # every field in order, as below
+            # [gap, timestamp, message, gap, ...]: split() makes one list of strings, findall() a tuple a line
+            parts = _DMESG_LINES.split(text)
+            if len(parts) // 3 == text.count("\n"):  # every line is the usual dmesg line: no gaps to look after
+                record = KernelRecord  # fields in order: line, text, facility, level, seq, monotonic_seconds
                 out.extend(
                     [
-                        new(record, (n, body.rstrip(), None, None, None, float(mono), None, None, (), None, None))
-                        for n, (mono, body) in enumerate(found, line)
+                        record(n, body.rstrip(), None, None, None, float(mono))
+                        for n, mono, body in zip(
+                            range(line, line + len(parts) // 3), parts[1::3], parts[2::3], strict=True
+                        )
                     ]
                 )
-                if found:
+                if len(parts) > 1:
                     self._last = out[-1]  # type: ignore[assignment]  # a KernelRecord: appended just above
                 return
         at, last = 0, self._last
@@ -448,10 +492,7 @@ class KernelLogLineParser:
                 self._candidate(m[0].rstrip(), line, True, out)
                 last = self._last
             else:
-                # tuple.__new__, every field in order: the NamedTuple's constructor is one Python call more per line
-                last = tuple.__new__(
-                    KernelRecord, (line, body.rstrip(), None, None, None, float(m[1]), None, None, (), None, None)
-                )
+                last = KernelRecord(line, body.rstrip(), None, None, None, float(m[1]))
                 out.append(last)
             line += 1
             at = m.end()
@@ -514,12 +555,24 @@ _SIMPLE = {
     "journal-short": rb"(?:[A-Za-z]{2,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? +(?:[^\s:\[\]]+ +)?)?kernel: ",
     "journal-rfc3339": rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) \S+ kernel: ",
 }
-_FAST = {fmt: (re.compile(p), re.compile(rb"\n(?!" + p + rb")")) for fmt, p in _SIMPLE.items()}
-_AMDGPU_PREFIX = re.compile(rb"amdgpu ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ")
+_FAST: dict[str, tuple[re.Pattern[bytes], re.Pattern[bytes]]] = {}  # compiled on first use, as _deferred
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class SkippedRecords:
+def _fast(fmt: str | None) -> tuple[re.Pattern[bytes], re.Pattern[bytes]] | None:
+    """The fast path's patterns of a format (a plain record; a newline followed by a line that is not one)."""
+    fast = _FAST.get(fmt or "")
+    if fast is None and fmt in _SIMPLE:
+        simple = _SIMPLE[fmt]
+        fast = _FAST[fmt] = (re.compile(simple), re.compile(rb"\n(?!" + simple + rb")"))
+    return fast
+
+
+_AMDGPU_PREFIX: re.Pattern[bytes] = _deferred(
+    "_AMDGPU_PREFIX", rb"amdgpu ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+)
+
+
+class SkippedRecords(msgspec.Struct, frozen=True, eq=False):
     """Consecutive records from the kernel in which no rule literal occurs: they are counted, not parsed.
 
     The classifier still learns the GPUs their amdgpu prefixes name, and takes the records one by one while a
@@ -529,9 +582,12 @@ class SkippedRecords:
     count: int
     first_line: int
     format: str
-    data: bytes = field(repr=False)
-    start: int = field(repr=False)
-    end: int = field(repr=False)
+    data: bytes  # the chunk read, shared by every run of it: data[start:end] are the records
+    start: int
+    end: int
+
+    def __repr__(self) -> str:
+        return f"SkippedRecords(count={self.count}, first_line={self.first_line}, format={self.format!r})"
 
     def records(self) -> Iterator[KernelRecord]:
         pos, line = self.start, self.first_line
@@ -610,15 +666,14 @@ def parse_kernel_log_records(text: str) -> KernelLogParse:
     return KernelLogParse(parser.format, tuple(records), tuple(parser.warnings))
 
 
-@dataclass(frozen=True, slots=True)
-class KernelLogItems:
+class KernelLogItems(msgspec.Struct, frozen=True):
     format: str | None
     items: tuple[KernelRecord | SkippedRecords, ...]
     warnings: tuple[str, ...]
 
 
 # Line ends str.splitlines() knows besides "\n" (and "\r\n", which the parser's rstrip() makes the same).
-_OTHER_LINE_ENDS = re.compile("\r(?!\n)|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_OTHER_LINE_ENDS: re.Pattern[str] = _deferred("_OTHER_LINE_ENDS", "\r(?!\n)|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def parse_kernel_log_items(text: str, scanner: LineScanner | None) -> KernelLogItems:
@@ -643,48 +698,85 @@ def parse_kernel_log_items(text: str, scanner: LineScanner | None) -> KernelLogI
     return KernelLogItems(parser.format, tuple(items), tuple(parser.warnings))
 
 
-class MessageParts(NamedTuple):
-    """A message split into the device prefix and the text the class rules match. A named tuple: one is made
-    per candidate line, and a frozen dataclass costs a setattr call per field."""
+class MessageParts(msgspec.Struct, frozen=True, gc=False):
+    """A message split into the device prefix and the text the class rules match (one per candidate line: a
+    msgspec struct, made faster than a tuple and never tracked by the garbage collector)."""
 
     driver: str | None  # "amdgpu", "pcieport", ... when the line carries a dev_printk prefix
     bdf: str | None
     body: str  # prefix, "amdgpu: ", DRM tag, "[powerplay] " stripped
-    tags: tuple[str, ...] = ()
     start: int = 0  # where the body begins in the message
 
 
-# "drmn0: " is the FreeBSD drm-kmod device name (it names no PCI address); "kfd: " is the old amdkfd pr_fmt.
-# Matched at a position (no "^"): Pattern.match(text, pos) anchors there without copying the rest of the text.
-_TAGS = re.compile(
+# The tags a message may open with, as many as there are up to five ("drmn0: [drm] *ERROR* [drm ERROR :f] ..."
+# stacks a few): "drmn0: " is the FreeBSD drm-kmod device name (it names no PCI address); "kfd: " is the old amdkfd
+# pr_fmt. None of them can hold a newline. Matched at a position (no "^"): Pattern.match(text, pos) anchors there
+# without copying the rest of the text.
+_TAG = (
     r"(?:amdgpu: ?|kfd kfd: (?:amdgpu: )?|kfd: |drmn\d+: |\[drm(?::[\w.]+(?: \[[\w]+\])?)?\] (?:\*ERROR\* )?"
     r"|\[drm ERROR :[\w.]+\] |\[powerplay\] |\{\d+\})"
 )
+_TAGS: re.Pattern[str] = _deferred("_TAGS", _TAG + "{0,5}")
+_MORE_TAGS: re.Pattern[str] = _deferred("_MORE_TAGS", _TAG + "{0,4}")  # after an "amdgpu:" taken without a pattern
+_TAG_FIRST = frozenset("akd[{")  # what a tag begins with: with anything else, the message has none (most have one)
+# DEVICE_PREFIX without the rest of the line: it ends at the line's first ": ". Whether it holds one is remembered
+# per such head (a flood's lines share a few), and that the rest holds no newline but one that ends the text
+# (DEVICE_PREFIX's "(?P<rest>.*)$") is told by find(): a message is split without a pattern most of the time (a
+# call into re costs about as much as the rest of the split).
+_PREFIX: re.Pattern[str] = _deferred("_PREFIX", r"([\w.-]+) ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ")
+_HEADS: dict[str, tuple[str, str] | None] = {}  # head -> (driver, lower-case BDF), or None: no device prefix
+_MAX_HEADS = 1024
+_UNSEEN = ("", "")
+
+
+def _device_prefix(text: str) -> tuple[str, str, int, int] | None:
+    """What DEVICE_PREFIX reads from a message: (driver, lower-case BDF, start and end of the rest), or None."""
+    colon = text.find(": ")
+    if colon <= 0:
+        return None
+    head = text[: colon + 2]
+    device = _HEADS.get(head, _UNSEEN)
+    if device is _UNSEEN:
+        m = _PREFIX.fullmatch(head)
+        # the prefix pattern admits 4-digit domains only, so lower() is what normalize_bdf() would give
+        device = (m[1], m[2].lower()) if m is not None else None
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.clear()
+        _HEADS[head] = device
+    if device is None:
+        return None
+    end = len(text)
+    newline = text.find("\n", colon)
+    if newline < 0:
+        return device[0], device[1], colon + 2, end
+    return (device[0], device[1], colon + 2, newline) if newline == end - 1 else None
 
 
 def split_message(text: str) -> MessageParts:
     """Strip the dev_printk prefix, the ``amdgpu:`` dev_fmt, a DRM tag and a RAS ``{event id}``."""
-    driver = bdf = None
-    pos, end = 0, len(text)
-    m = DEVICE_PREFIX.match(text)
-    if m is not None:
-        # the prefix pattern admits 4-digit domains only, so lower() is what normalize_bdf() would give
-        driver, bdf, pos, end = m["drv"], m["bdf"].lower(), m.start("rest"), m.end("rest")
-    tags = []
-    for _ in range(5):  # "drmn0: [drm] *ERROR* [drm ERROR :f] ..." stacks at most a few tags
-        t = _TAGS.match(text, pos, end)
-        if t is None or t.end() == pos:
-            break
-        tags.append(t.group(0).strip())
-        pos = t.end()
-    if driver is None and tags and tags[0].startswith("amdgpu:"):
-        driver = "amdgpu"
-    return MessageParts(driver, bdf, text[pos:end], tuple(tags), pos)
+    prefix = _device_prefix(text)
+    driver: str | None
+    bdf: str | None
+    if prefix is not None:
+        driver, bdf, pos, end = prefix
+    else:
+        # the amdgpu dev_fmt without a device prefix names the driver (the first tag)
+        driver = "amdgpu" if text.startswith("amdgpu:") else None
+        bdf, pos, end = None, 0, len(text)
+    tags = _TAGS
+    if text.startswith("amdgpu:", pos):  # the usual tag, taken as the pattern's first alternative takes it
+        pos += 8 if text.startswith(" ", pos + 7) else 7
+        tags = _MORE_TAGS
+    if pos < end and text[pos] in _TAG_FIRST:
+        m = tags.match(text, pos, end)
+        assert m is not None  # no tag matches too
+        pos = m.end()
+    return MessageParts(driver, bdf, text[pos:end], pos)
 
 
 def amdgpu_device(text: str) -> str | None:
     """The GPU an amdgpu dev_printk line names (``amdgpu 0000:03:00.0: ...``), lower-case; None for other lines."""
     if not text.startswith("amdgpu "):
         return None
-    m = DEVICE_PREFIX.match(text)
-    return m["bdf"].lower() if m is not None else None
+    prefix = _device_prefix(text)
+    return prefix[1] if prefix is not None else None

@@ -21,13 +21,10 @@ from its start, with a warning.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import hashlib
 import os
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -74,15 +71,19 @@ class FdReader:
 Item = TypeVar("Item", KernelRecord, "KernelRecord | SkippedRecords")
 
 
-@dataclass(slots=True)
 class ReadResult(Generic[Item]):
-    records: list[Item] = field(default_factory=list)  # a followed file also gives SkippedRecords
-    overruns: int = 0  # EPIPE: the reader fell behind the ring buffer
-    overrun_at: list[int] = field(default_factory=list)  # len(records) when each EPIPE came
-    warnings: list[str] = field(default_factory=list)
-    lines_unparsed: int = 0
-    writer_gone: bool = False  # a FIFO read returned end of file: no process has it open for writing
-    bytes_read: int = 0
+    """What one ``read_available`` read (a plain class: a dataclass costs every start about a millisecond)."""
+
+    __slots__ = ("bytes_read", "lines_unparsed", "overrun_at", "overruns", "records", "warnings", "writer_gone")
+
+    def __init__(self) -> None:
+        self.records: list[Item] = []  # a followed file also gives SkippedRecords
+        self.overruns = 0  # EPIPE: the reader fell behind the ring buffer
+        self.overrun_at: list[int] = []  # len(records) when each EPIPE came
+        self.warnings: list[str] = []
+        self.lines_unparsed = 0
+        self.writer_gone = False  # a FIFO read returned end of file: no process has it open for writing
+        self.bytes_read = 0
 
 
 def _cap_partial(partial: bytes, out: ReadResult[Item]) -> bytes:
@@ -403,6 +404,9 @@ class FileFollower:
 def trim_heap() -> None:
     """Give the memory a large backlog's records took back to the system (glibc keeps freed heap otherwise: a
     1M-line backlog left the process 38 MiB larger). A no-op where the C library has no ``malloc_trim``."""
+    import ctypes  # only here: ctypes and ctypes.util cost a start that never trims several milliseconds
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
         libc.malloc_trim(0)

@@ -16,16 +16,23 @@ A message is split and matched only when it holds one of the rules' required lit
 ``kernel_literals``), and then only against the patterns whose literal it holds; it is split once. Readers
 hand over runs of records without any literal as ``SkippedRecords``: they count as records, name GPUs, and
 are fed one by one only while a look-ahead waits for a later record's timestamp.
+
+What a message matched depends on its text alone, and a fault storm repeats the same texts with other
+timestamps: the classifier keeps, per text, a ``_Plan`` (the match, and for the usual cases what it does with
+the record: the event it makes, the detail it checks) in a bounded cache. ``feed_many`` takes a reader's whole
+batch in one loop that carries out those plans inline.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from exporter.model.kernel import UNKNOWN_DEVICE, KernelEvent, KernelRecord
+import msgspec
+from msgspec.structs import replace
+
+from exporter.model.kernel import KERNEL_FACILITY, UNKNOWN_DEVICE, KernelEvent, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import (
     MessageParts,
@@ -38,24 +45,26 @@ from exporter.watchdog.kernel_rules import KernelRule, KernelRules, default_rule
 
 MatchKind = Literal["anchor", "followup", "detail", "trap", "none"]
 RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no timestamps
-MATCH_CACHE_SIZE = 4096  # messages whose match is remembered (emptied when full)
+# Messages whose match is remembered, at most: two halves, the older dropped when the newer is full (a message
+# used again is kept), so a storm of unique texts does not empty the cache of the texts it keeps repeating.
+MATCH_CACHE_SIZE = 4096
 
 
-_AER_UNCORRECTED = re.compile(r"Uncorrect(?:ed|able) \((Non-)?Fatal\)", re.IGNORECASE)
+_AER_UNCORRECTED = r"Uncorrect(?:ed|able) \((Non-)?Fatal\)"  # compiled when first needed (re keeps it)
 
 
 def aer_severity(message: str) -> str:
     """The AER severity a ``pcie_aer`` line reports: ``corrected`` (Corrected/Correctable), else
     ``uncorrected_nonfatal`` or ``uncorrected_fatal`` (drivers/pci/pcie/aer.c ``aer_error_severity_string``)."""
-    m = _AER_UNCORRECTED.search(message)
+    m = re.search(_AER_UNCORRECTED, message, re.IGNORECASE)
     if m is None:
         return "corrected"
     return "uncorrected_nonfatal" if m.group(1) else "uncorrected_fatal"
 
 
-class LineMatch(NamedTuple):
-    """What one message matched. A named tuple, not a frozen dataclass: one is made per candidate line, and
-    creating a frozen dataclass costs a setattr call per field."""
+class LineMatch(msgspec.Struct, frozen=True, gc=False):
+    """What one message matched (a msgspec struct: made faster than a tuple, never tracked by the garbage
+    collector)."""
 
     kind: MatchKind
     parts: MessageParts
@@ -99,7 +108,10 @@ def _match(rules: KernelRules, parts: MessageParts, hits: list[tuple[int, int, i
         rule = slot.rule
         if other_driver is not None and rule is not None and other_driver not in rule.drivers:
             continue
-        m = slot.pattern.search(body)
+        pattern = slot.compiled
+        if pattern is None:  # the shipped rules' patterns are compiled when a line first needs them
+            pattern = slot.compile()
+        m = pattern.search(body)
         if m is None:
             continue
         kind = slot.kind
@@ -122,18 +134,91 @@ def _match(rules: KernelRules, parts: MessageParts, hits: list[tuple[int, int, i
     return LineMatch("none", parts)
 
 
-@dataclass(slots=True)
+# What the classifier does with a record whose text has this plan (_Plan.code).
+_NOTHING = 0  # no literal, no match: the record only names its GPU
+_TRAP = 1
+_DETAIL = 2  # a detail line of a device its prefix names: it counts nothing, it may be an orphan
+_ANCHOR = 3  # an anchor of a device the text names, attributed by it: the event is the same but for the record's
+_GENERAL = 4  # everything else (followups, AER sources, devices from the record or the known GPUs): _apply
+
+
+class _Plan(NamedTuple):
+    """What the classifier does with every record of one message text (see _NOTHING...). A tuple of fixed
+    length: ``feed_many`` unpacks it in one step."""
+
+    code: int
+    gpu: str | None  # the GPU the amdgpu prefix names: it is seen
+    match: LineMatch | None  # None: the text holds no literal (such plans are not cached)
+    device: str = ""  # _ANCHOR: the event's device; _DETAIL: the device whose last anchor is looked up
+    event_class: str = ""  # _ANCHOR: the event's class, severity, message and count
+    severity: str = ""
+    message: str = ""
+    count: int = 1  # type: ignore[assignment]  # hides tuple.count, which no one needs
+    key: tuple[str, str] = ("", "")  # _ANCHOR: (class, device) and (class, "") of _last_of_class
+    key_any: tuple[str, str] = ("", "")
+    detail_classes: tuple[str, ...] = ()  # _DETAIL
+
+
+# The fields of a plan that is not an _ANCHOR or a _DETAIL, after code, gpu and match.
+_NO_FIELDS = ("", "", "", "", 1, ("", ""), ("", ""), ())
+
+
+def _new_plan(code: int, gpu: str | None, match: LineMatch | None) -> _Plan:
+    # tuple.__new__, every field in order: a NamedTuple's constructor is a Python function, a call more per miss
+    return tuple.__new__(_Plan, (code, gpu, match, *_NO_FIELDS))
+
+
+_NOTHING_PLAN = _new_plan(_NOTHING, None, None)
+
+
+def _plan_of(rules: KernelRules, text: str, hits: list[tuple[int, int, int]] | None) -> _Plan:
+    """The plan of a message, from the literals found in it (``Prefilter.scan``; None: no prefilter): split
+    and matched when it holds one."""
+    prefilter = rules.prefilter
+    if not hits and prefilter is not None and prefilter.complete:
+        # No literal: no pattern can match, so the message is never split. It may still name a GPU.
+        gpu = amdgpu_device(text)
+        return _new_plan(_NOTHING, gpu, None) if gpu is not None else _NOTHING_PLAN
+    parts = split_message(text)
+    match = _match(rules, parts, hits)
+    bdf = parts.bdf
+    gpu = bdf if parts.driver == "amdgpu" else None
+    kind = match.kind
+    if kind == "none":
+        return _new_plan(_NOTHING, gpu, match)
+    if kind == "trap":
+        return _new_plan(_TRAP, gpu, match)
+    if kind == "detail":
+        if bdf is not None:
+            fields = (_DETAIL, gpu, match, bdf, "", "", "", 1, ("", ""), ("", ""), match.detail_classes)
+            return tuple.__new__(_Plan, fields)
+        return _new_plan(_GENERAL, gpu, match)
+    rule = match.rule
+    assert rule is not None
+    device = bdf or match.device_bdf
+    if kind == "anchor" and rule.attribution == "device" and device is not None:
+        cls = rule.event_class
+        fields = (
+            _ANCHOR, gpu, match, device, cls, rule.severity, parts.body.strip(), match.event_count, (cls, device),
+            (cls, ""), (),
+        )  # fmt: skip
+        return tuple.__new__(_Plan, fields)
+    return _new_plan(_GENERAL, gpu, match)
+
+
 class _Pending:
-    event: KernelEvent  # pci_bus is UNKNOWN_DEVICE until resolved
-    rule: KernelRule
-    index: int  # record index when it was seen
-    ticks: int = 0
+    __slots__ = ("event", "index", "rule", "ticks")
+
+    def __init__(self, event: KernelEvent, rule: KernelRule, index: int) -> None:
+        self.event = event  # pci_bus is UNKNOWN_DEVICE until resolved
+        self.rule = rule
+        self.index = index  # record index when it was seen
+        self.ticks = 0
 
 
-class _Anchor(NamedTuple):  # one per event: a tuple is the cheapest record to make
-    event_class: str
-    monotonic: float | None
-    record_index: int
+# The last anchor of a device or class: (event class, monotonic seconds, record index). A plain tuple, one per
+# event: the cheapest record to make, and the garbage collector stops tracking it at once.
+_Anchor = tuple[str, float | None, int]
 
 
 class KernelClassifier:
@@ -156,8 +241,9 @@ class KernelClassifier:
         self._pending: list[_Pending] = []
         self._last_anchor: dict[str, _Anchor] = {}
         self._last_of_class: dict[tuple[str, str], _Anchor] = {}
-        # A match depends on the message text alone, and fault storms repeat their detail lines word for word.
-        self._matches: dict[str, LineMatch] = {}
+        # The plans of the messages matched lately, newer and older half (see MATCH_CACHE_SIZE).
+        self._plans: dict[str, _Plan] = {}
+        self._older_plans: dict[str, _Plan] = {}
         self.orphan_details = 0
         self.traps = 0
         self.aer_not_gpu = 0
@@ -185,31 +271,28 @@ class KernelClassifier:
         return None
 
     def _within(self, then: _Anchor, record: KernelRecord, seconds: float) -> bool:
-        if then.monotonic is not None and record.monotonic_seconds is not None:
-            return 0 <= record.monotonic_seconds - then.monotonic <= seconds
-        return self._index - then.record_index <= RECORD_WINDOW
+        _event_class, monotonic, record_index = then
+        if monotonic is not None and record.monotonic_seconds is not None:
+            return 0 <= record.monotonic_seconds - monotonic <= seconds
+        return self._index - record_index <= RECORD_WINDOW
 
     def _event(self, record: KernelRecord, match: LineMatch, rule: KernelRule, device: str) -> KernelEvent:
-        # tuple.__new__ with every field in KernelEvent's order (line, class, pci_bus, severity, message,
-        # monotonic, count, seq, wall_time): a NamedTuple's own constructor is a Python function, one call more per
-        # event of a fault storm
-        return tuple.__new__(
-            KernelEvent,
-            (
-                record.line,
-                rule.event_class,
-                device,
-                rule.severity,
-                match.parts.body.strip(),
-                record.monotonic_seconds,
-                match.event_count,
-                record.seq,
-                record.wall_time,
-            ),
+        # positional, every field in KernelEvent's order (line, class, pci_bus, severity, message, monotonic,
+        # count, seq, wall_time)
+        return KernelEvent(
+            record.line,
+            rule.event_class,
+            device,
+            rule.severity,
+            match.parts.body.strip(),
+            record.monotonic_seconds,
+            match.event_count,
+            record.seq,
+            record.wall_time,
         )
 
     def _remember(self, key: str, event_class: str, record: KernelRecord) -> None:
-        anchor = _Anchor(event_class, record.monotonic_seconds, self._index)
+        anchor = (event_class, record.monotonic_seconds, self._index)
         last_anchor, last_of_class = self._last_anchor, self._last_of_class
         last_anchor[key] = last_anchor[""] = anchor
         last_of_class[(event_class, key)] = last_of_class[(event_class, "")] = anchor
@@ -230,6 +313,24 @@ class KernelClassifier:
         self._pending = keep
         return expired
 
+    def _plan(self, text: str) -> _Plan:
+        """The plan of a message not in the newer half of the cache."""
+        plan = self._older_plans.get(text)
+        if plan is None:
+            prefilter = self.rules.prefilter
+            plan = _plan_of(self.rules, text, prefilter.scan(text) if prefilter is not None else None)
+            if plan.match is None:  # no literal: as quickly found again as looked up, and mostly unique (noise)
+                return plan
+        self._keep(text, plan)
+        return plan
+
+    def _keep(self, text: str, plan: _Plan) -> None:
+        plans = self._plans
+        if len(plans) >= MATCH_CACHE_SIZE // 2:
+            self._older_plans = plans
+            self._plans = plans = {}
+        plans[text] = plan
+
     def feed(self, record: KernelRecord) -> list[KernelEvent]:
         """Classify one kernel record (the caller drops records that are not from the kernel)."""
         out: list[KernelEvent] = []
@@ -237,38 +338,86 @@ class KernelClassifier:
         return out
 
     def feed_into(self, record: KernelRecord, out: list[KernelEvent]) -> None:
-        """``feed``, appending the events to ``out``: a busy log's records go through here in one loop."""
+        """``feed``, appending the events to ``out``."""
         self._index += 1
         if self._pending:
             out.extend(self._expire_by_record(record))
         text = record.text
-        match = self._matches.get(text)
-        if match is None:
-            prefilter = self.rules.prefilter
-            hits = prefilter.scan(text) if prefilter is not None else None
-            if not hits and prefilter is not None and prefilter.complete:
-                # No literal: no pattern can match, so the message is never split. It may still name a GPU.
-                gpu = amdgpu_device(text)
-                if gpu is not None:
-                    self._seen_gpus.add(gpu)
-                return
-            match = _match(self.rules, split_message(text), hits)
-            if len(self._matches) >= MATCH_CACHE_SIZE:
-                self._matches.clear()
-            self._matches[text] = match
-        parts = match.parts
-        if parts.bdf is not None and parts.driver == "amdgpu":
-            self._seen_gpus.add(parts.bdf)
-        kind = match.kind
-        if kind == "none":
-            return
-        if kind == "trap":
+        plan = self._plans.get(text) or self._plan(text)
+        if plan.gpu is not None:
+            self._seen_gpus.add(plan.gpu)
+        if plan.code == _TRAP:
             self.traps += 1
-            return
+        elif plan.match is not None and plan.code != _NOTHING:
+            self._apply(record, plan.match, out)
+
+    def feed_many(self, items: Iterable[KernelRecord | SkippedRecords], out: list[KernelEvent]) -> tuple[int, int]:
+        """A reader's batch, in order: each record from the kernel as ``feed_into`` takes it, the others (user
+        space writing to /dev/kmsg, ``KernelRecord.is_kernel``) dropped, each run of ``SkippedRecords`` as ``skip``
+        takes it. Returns (records, records dropped).
+
+        The loop a busy log's lines go through: a message whose plan is cached and is the usual one (an anchor or
+        a detail line of the GPU its prefix names, a line matching nothing) is carried out here, without a call."""
+        read = ignored = 0
+        event = KernelEvent
+        append = out.append
+        seen_add = self._seen_gpus.add
+        last_anchor, last_of_class = self._last_anchor, self._last_of_class
+        plans = self._plans
+        for item in items:
+            if type(item) is not KernelRecord:
+                assert isinstance(item, SkippedRecords)
+                read += item.count
+                out.extend(self.skip(item))
+                continue
+            read += 1
+            # KernelRecord.is_kernel, inlined (a property call per line otherwise)
+            facility = item.facility
+            if facility is not None:
+                if facility != KERNEL_FACILITY:
+                    ignored += 1
+                    continue
+            elif item.identifier is not None and item.identifier != "kernel":
+                ignored += 1
+                continue
+            if item.device is not None or self._pending:  # attributed by the record, or a look-ahead waits
+                self.feed_into(item, out)
+                plans = self._plans
+                continue
+            text = item.text
+            plan = plans.get(text)
+            if plan is None:
+                plan = self._plan(text)
+                plans = self._plans
+            self._index += 1
+            code, gpu, match, device, cls, severity, message, count, key, key_any, classes = plan
+            if gpu is not None:
+                seen_add(gpu)
+            if code == _ANCHOR:  # what _apply does for it, every field known but the record's
+                mono = item.monotonic_seconds
+                anchor = (cls, mono, self._index)
+                last_anchor[device] = last_anchor[""] = anchor
+                last_of_class[key] = last_of_class[key_any] = anchor
+                append(event(item.line, cls, device, severity, message, mono, count, item.seq, item.wall_time))
+            elif code == _DETAIL:
+                found = last_anchor.get(device)
+                if found is None or found[0] not in classes:
+                    self.orphan_details += 1
+            elif code == _TRAP:
+                self.traps += 1
+            elif code == _GENERAL:
+                assert match is not None
+                self._apply(item, match, out)
+        return read, ignored
+
+    def _apply(self, record: KernelRecord, match: LineMatch, out: list[KernelEvent]) -> None:
+        """What a detail, anchor or followup line does (its GPU already seen)."""
+        parts = match.parts
+        kind = match.kind
         if kind == "detail":
             key = self._device(record, parts) or ""
             anchor = self._last_anchor.get(key) or (self._last_anchor.get("") if key == "" else None)
-            if anchor is None or anchor.event_class not in match.detail_classes:
+            if anchor is None or anchor[0] not in match.detail_classes:
                 self.orphan_details += 1
             return
         rule = match.rule
@@ -280,7 +429,7 @@ class KernelClassifier:
                 self.aer_not_gpu += 1
                 return
             device: str | None = gpu
-        else:  # _device(), inlined: this is the path of every event of a fault storm
+        else:  # _device(), but for a text naming a device in its message
             device = record.device or parts.bdf or match.device_bdf
             if device is None:
                 gpus = self._known or self._seen_gpus
@@ -296,14 +445,8 @@ class KernelClassifier:
             return
         if device is not None and self._pending:
             out.extend(self._resolve(rule.event_class, device))
-        # _remember(), inlined: once per event
-        anchor = _Anchor(rule.event_class, record.monotonic_seconds, self._index)
-        key = device or ""
-        last_anchor, last_of_class = self._last_anchor, self._last_of_class
-        last_anchor[key] = last_anchor[""] = anchor
-        last_of_class[(rule.event_class, key)] = last_of_class[(rule.event_class, "")] = anchor
+        self._remember(device or "", rule.event_class, record)
         out.append(self._event(record, match, rule, device or UNKNOWN_DEVICE))
-        return
 
     def skip(self, records: SkippedRecords) -> list[KernelEvent]:
         """Records in which no rule literal occurs: what ``feed`` would do with each, without classifying them.
@@ -324,7 +467,7 @@ class KernelClassifier:
         for i, p in enumerate(self._pending):
             if p.rule.lookahead_class == event_class:
                 del self._pending[i]
-                return [p.event._replace(pci_bus=device)]  # oldest first: the GPU that timed out resets first
+                return [replace(p.event, pci_bus=device)]  # oldest first: the GPU that timed out resets first
         return []
 
     def expire(self, now_monotonic: float | None = None) -> list[KernelEvent]:
@@ -382,8 +525,7 @@ def kernel_log_report(
         known_gpus = gpus
     classifier = KernelClassifier(rules, known_gpus)
     events: list[KernelEvent] = []
-    for item in items:
-        events.extend(classifier.skip(item) if isinstance(item, SkippedRecords) else classifier.feed(item))
+    classifier.feed_many(items, events)
     events.extend(classifier.flush())
     events.sort(key=lambda e: e.line)
     counts: dict[str, dict[str, int]] = {}

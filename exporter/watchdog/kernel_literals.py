@@ -30,6 +30,7 @@ _sre: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) 
 MIN_LITERAL = 3  # shorter literals filter almost nothing
 _MAX_SET = 64  # alternatives kept while multiplying out a sequence ("(?:a|b)(?:c|d)..." grows fast)
 _MAX_LEN = 256
+_MAX_COMBINATIONS = 4096  # combinations of literals whose slots a prefilter remembers
 
 Literals = frozenset[str]
 Score = Callable[[Literals], tuple[int, ...]]
@@ -202,6 +203,8 @@ class Prefilter:
         line_keys = [k.encode() for k in keys if "\n" not in k]
         self._bytes = BytesAhoCorasick(line_keys) if line_keys else None
         self.chunk_scan = self.complete and not any("\ufffd" in k for k in keys)
+        # The slots of the literals found together in a line, by the literals in the order found (a few dozen)
+        self._combinations: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def scan(self, text: str) -> list[tuple[int, int, int]]:
         """Every occurrence of a literal in ``text``, overlapping ones too: (key, begin, end)."""
@@ -215,10 +218,16 @@ class Prefilter:
             return self.unfiltered
         if len(inside) == 1 and not self.unfiltered:
             return self.key_slots[inside[0]]  # the usual case: one literal, its slots already in order
-        found = set(self.unfiltered)
-        for key in inside:
-            found.update(self.key_slots[key])
-        return sorted(found)
+        combination = tuple(inside)
+        slots = self._combinations.get(combination)
+        if slots is None:
+            found = set(self.unfiltered)
+            for key in inside:
+                found.update(self.key_slots[key])
+            slots = tuple(sorted(found))
+            if len(self._combinations) < _MAX_COMBINATIONS:
+                self._combinations[combination] = slots
+        return slots
 
     def find(self, data: bytes | memoryview) -> list[int]:
         """Offsets in ``data`` where a literal occurs: every line a pattern can match holds one (when

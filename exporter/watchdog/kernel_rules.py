@@ -4,6 +4,11 @@ compiled once. An invalid file raises one ``KernelRulesError`` whose message lis
 Compiling also lays every pattern out in the order the classifier tries them (``slots``) and builds the
 prefilter: each pattern's required literals, derived from the regex or declared by its rule (``literals``,
 accepted only when the loader can prove every match of every pattern of the rule contains one of them).
+
+A user's rules file is checked in full when it is loaded: every regex compiled, every group and literal checked.
+The shipped rules are loaded from their JSON twin, which was written only after the same full check of the YAML
+it is keyed to: their regexes are compiled when a line that holds one of a pattern's literals first needs the
+pattern (most never are), which spares every start compiling all of them (about 7 ms).
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ import json
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from exporter.model.kernel import KERNEL_CLASSES
 from exporter.parsers.kernel_log import LineScanner
@@ -59,13 +64,12 @@ class KernelRulesError(ValueError):
     """The rules file cannot be used. The message names the file and every problem found."""
 
 
-@dataclass(frozen=True, slots=True)
-class KernelRule:
+class KernelRule(msgspec.Struct, frozen=True):
     event_class: str
     severity: str
-    anchors: tuple[re.Pattern[str], ...]
-    details: tuple[re.Pattern[str], ...] = ()
-    followups: tuple[re.Pattern[str], ...] = ()
+    anchor_sources: tuple[str, ...]  # the regexes, as written (compiled: ``anchors``)
+    detail_sources: tuple[str, ...] = ()
+    followup_sources: tuple[str, ...] = ()
     followup_seconds: float = 2.0
     drivers: frozenset[str] = frozenset({"amdgpu"})
     count_group: str | None = None
@@ -74,31 +78,77 @@ class KernelRule:
     lookahead_seconds: float = 1.0
     literals: tuple[str, ...] = ()  # declared required literals (when the patterns give none), checked at load
 
+    # Compiled on demand (re keeps its own cache of compiled patterns): the classifier uses its slots instead.
+    @property
+    def anchors(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(map(re.compile, self.anchor_sources))
+
+    @property
+    def details(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(map(re.compile, self.detail_sources))
+
+    @property
+    def followups(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(map(re.compile, self.followup_sources))
+
 
 SlotKind = Literal["trap", "anchor", "followup", "detail"]
 
 
-@dataclass(frozen=True, slots=True)
 class Slot:
     """One pattern of the rules in the order the classifier tries them: traps, then every rule's anchors, then
-    followups, then details (rules in file order within each kind)."""
+    followups, then details (rules in file order within each kind).
 
-    kind: SlotKind
-    pattern: re.Pattern[str]
-    rule: KernelRule | None  # None for a trap
-    has_source: bool = False  # the pattern has a (?P<source>...) group (AER)
-    has_device: bool = False  # the pattern has a (?P<device>...) group (a BDF the message names)
+    The regex is compiled by ``compile()``, the first time a line needs it (the shipped rules), or when the rules
+    are loaded (a user's file, checked in full). Immutable but for that."""
+
+    __slots__ = ("compiled", "has_device", "has_source", "kind", "rule", "source")
+
+    def __init__(
+        self, kind: SlotKind, source: str, rule: KernelRule | None, compiled: re.Pattern[str] | None = None
+    ) -> None:
+        self.kind = kind
+        self.source = source
+        self.rule = rule  # None for a trap
+        self.has_source = False  # the pattern has a (?P<source>...) group (AER)
+        self.has_device = False  # the pattern has a (?P<device>...) group (a BDF the message names)
+        self.compiled: re.Pattern[str] | None = None
+        if compiled is not None:
+            self._set(compiled)
+
+    def _set(self, compiled: re.Pattern[str]) -> None:
+        self.has_source = "source" in compiled.groupindex
+        self.has_device = "device" in compiled.groupindex
+        self.compiled = compiled  # last: a thread that finds it compiled finds the groups set
+
+    def compile(self) -> re.Pattern[str]:
+        compiled = self.compiled
+        if compiled is None:
+            compiled = re.compile(self.source)
+            self._set(compiled)
+        return compiled
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return self.compile()
+
+    def __repr__(self) -> str:
+        rule = self.rule.event_class if self.rule is not None else None
+        return f"Slot({self.kind!r}, {self.source!r}, {rule})"
 
 
-@dataclass(frozen=True, slots=True)
-class KernelRules:
+class KernelRules(msgspec.Struct, frozen=True):
     rules: tuple[KernelRule, ...]
-    traps: tuple[re.Pattern[str], ...]
+    trap_sources: tuple[str, ...]  # the regexes, as written (compiled: ``traps``)
     source: str  # where the rules came from, for messages
     # Which patterns a line can match at all, from one scan for every pattern's required literals (most lines of
     # a kernel log contain none). None: every pattern is tried on every line.
     prefilter: Prefilter | None = None
     slots: tuple[Slot, ...] = ()
+
+    @property
+    def traps(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(map(re.compile, self.trap_sources))
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -115,7 +165,11 @@ class KernelRules:
         return KERNEL_CLASSES.get(event_class, "warning")
 
 
-def _patterns(value: object, where: str, problems: list[str]) -> tuple[re.Pattern[str], ...]:
+def _patterns(
+    value: object, where: str, problems: list[str], compiled: dict[str, re.Pattern[str]] | None
+) -> tuple[str, ...]:
+    """The regexes of a key, each compiled into ``compiled`` to check it (None: the shipped rules' JSON twin,
+    checked when it was written)."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -128,10 +182,13 @@ def _patterns(value: object, where: str, problems: list[str]) -> tuple[re.Patter
         if not isinstance(item, str):
             problems.append(f"{where}[{i}]: expected a regex string, got {type(item).__name__}")
             continue
-        try:
-            out.append(re.compile(item))
-        except re.error as exc:
-            problems.append(f"{where}[{i}]: invalid regex {item!r}: {exc}")
+        if compiled is not None:
+            try:
+                compiled[item] = re.compile(item)
+            except re.error as exc:
+                problems.append(f"{where}[{i}]: invalid regex {item!r}: {exc}")
+                continue
+        out.append(item)
     return tuple(out)
 
 
@@ -144,7 +201,9 @@ def _seconds(value: object, where: str, default: float, problems: list[str]) -> 
     return float(value)
 
 
-def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
+def _rule(
+    raw: object, index: int, problems: list[str], compiled: dict[str, re.Pattern[str]] | None
+) -> KernelRule | None:
     where = f"rules[{index}]"
     if not isinstance(raw, Mapping):
         problems.append(f"{where}: expected a mapping, got {type(raw).__name__}")
@@ -162,16 +221,18 @@ def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
         problems.append(f"{where}: 'severity' must be one of {', '.join(SEVERITIES)}, got {severity!r}")
     elif name in KERNEL_CLASSES and severity != KERNEL_CLASSES[name]:
         problems.append(f"{where}: contract class {name} has severity {KERNEL_CLASSES[name]}, not {severity}")
-    anchors = _patterns(raw.get("anchors"), f"{where}.anchors", problems)
+    anchors = _patterns(raw.get("anchors"), f"{where}.anchors", problems, compiled)
     if not anchors and raw.get("anchors") is None:
         problems.append(f"{where}: 'anchors' is required")
+    # the anchors that compiled, to check their groups
+    checked = [compiled[p] for p in anchors] if compiled is not None else []
     count_group = raw.get("count_group")
     if count_group is not None:
         if not isinstance(count_group, str):
             problems.append(f"{where}: 'count_group' must be a group name")
             count_group = None
         else:
-            for p in anchors:
+            for p in checked:
                 if count_group not in p.groupindex:
                     problems.append(f"{where}: anchor {p.pattern!r} has no group (?P<{count_group}>...)")
     attribution = raw.get("attribution", "device")
@@ -179,7 +240,7 @@ def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
         problems.append(f"{where}: 'attribution' must be one of {', '.join(ATTRIBUTIONS)}, got {attribution!r}")
         attribution = "device"
     if attribution == "aer_source":
-        for p in anchors:
+        for p in checked:
             if "source" not in p.groupindex:
                 problems.append(f"{where}: aer_source anchor {p.pattern!r} has no group (?P<source>...)")
     drivers = raw.get("drivers", ["amdgpu"])
@@ -195,15 +256,15 @@ def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
         else:
             look_class = str(lookahead["class"])
             look_seconds = _seconds(lookahead.get("seconds"), f"{where}.lookahead.seconds", 1.0, problems)
-    details = _patterns(raw.get("details"), f"{where}.details", problems)
-    followups = _patterns(raw.get("followups"), f"{where}.followups", problems)
-    literals = _declared_literals(raw.get("literals"), (*anchors, *followups, *details), where, problems)
+    details = _patterns(raw.get("details"), f"{where}.details", problems, compiled)
+    followups = _patterns(raw.get("followups"), f"{where}.followups", problems, compiled)
+    literals = _declared_literals(raw.get("literals"), (*anchors, *followups, *details), where, problems, compiled)
     return KernelRule(
         event_class=name,
         severity=str(severity),
-        anchors=anchors,
-        details=details,
-        followups=followups,
+        anchor_sources=anchors,
+        detail_sources=details,
+        followup_sources=followups,
         followup_seconds=_seconds(raw.get("followup_seconds"), f"{where}.followup_seconds", 2.0, problems),
         drivers=frozenset(drivers),
         count_group=count_group,
@@ -215,7 +276,11 @@ def _rule(raw: object, index: int, problems: list[str]) -> KernelRule | None:
 
 
 def _declared_literals(
-    value: object, patterns: tuple[re.Pattern[str], ...], where: str, problems: list[str]
+    value: object,
+    patterns: tuple[str, ...],
+    where: str,
+    problems: list[str],
+    compiled: dict[str, re.Pattern[str]] | None,
 ) -> tuple[str, ...]:
     """A rule's ``literals``: each of its patterns must provably need one of them, or the prefilter would skip
     lines the rule matches."""
@@ -224,22 +289,30 @@ def _declared_literals(
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         problems.append(f"{where}: 'literals' must be a list of non-empty strings")
         return ()
-    for p in patterns:
-        if not declared_literals_cover(p, value):
-            problems.append(
-                f"{where}: pattern {p.pattern!r} can match a line that contains none of the literals {value!r}"
-            )
+    if compiled is not None:  # the shipped twin's were checked when it was written
+        for p in patterns:
+            if not declared_literals_cover(compiled[p], value):
+                problems.append(f"{where}: pattern {p!r} can match a line that contains none of the literals {value!r}")
     return tuple(value)
 
 
-def compile_rules(doc: object, source: str, slot_literals: Sequence[Sequence[str] | None] | None = None) -> KernelRules:
+def compile_rules(
+    doc: object,
+    source: str,
+    slot_literals: Sequence[Sequence[str] | None] | None = None,
+    *,
+    checked: bool = False,
+) -> KernelRules:
     """Pure: a parsed YAML document -> compiled rules, or one KernelRulesError listing every problem.
 
     ``slot_literals``: each slot's required literals as ``slot_literals_of`` found them for this document (the
-    JSON twin keeps them), instead of analysing every pattern again."""
+    JSON twin keeps them), instead of analysing every pattern again. ``checked``: the document is the shipped
+    rules' twin, written only after this function checked it in full: its regexes are compiled when first used,
+    and what only they can tell (groups, declared literals) is not checked again."""
     problems: list[str] = []
     rules: list[KernelRule] = []
-    traps: tuple[re.Pattern[str], ...] = ()
+    compiled: dict[str, re.Pattern[str]] | None = None if checked else {}
+    traps: tuple[str, ...] = ()
     if not isinstance(doc, Mapping):
         problems.append(f"expected a mapping with 'version' and 'rules', got {type(doc).__name__}")
     else:
@@ -247,14 +320,14 @@ def compile_rules(doc: object, source: str, slot_literals: Sequence[Sequence[str
             problems.append(f"'version' must be 1, got {doc.get('version')!r}")
         for key in sorted(set(map(str, doc)) - {"version", "rules", "traps"}):
             problems.append(f"unknown top-level key {key!r}")
-        traps = _patterns(doc.get("traps"), "traps", problems)
+        traps = _patterns(doc.get("traps"), "traps", problems, compiled)
         raw_rules = doc.get("rules")
         if not isinstance(raw_rules, list) or not raw_rules:
             problems.append("'rules' must be a non-empty list")
             raw_rules = []
         seen: set[str] = set()
         for i, raw in enumerate(raw_rules):
-            rule = _rule(raw, i, problems)
+            rule = _rule(raw, i, problems, compiled)
             if rule is None:
                 continue
             if rule.event_class in seen:
@@ -267,7 +340,7 @@ def compile_rules(doc: object, source: str, slot_literals: Sequence[Sequence[str
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise KernelRulesError(f"invalid kernel-log rules in {source} ({len(problems)} problems):\n{listing}")
-    slots = _slots(rules, traps)
+    slots = _slots(rules, traps, compiled or {})
     if slot_literals is not None and len(slot_literals) == len(slots):
         literals = [frozenset(lits) if lits is not None else None for lits in slot_literals]
     else:
@@ -275,25 +348,27 @@ def compile_rules(doc: object, source: str, slot_literals: Sequence[Sequence[str
     return KernelRules(tuple(rules), traps, source, Prefilter(literals), slots)
 
 
-def _slots(rules: list[KernelRule], traps: tuple[re.Pattern[str], ...]) -> tuple[Slot, ...]:
-    """Every pattern in the order the classifier tries them."""
-    slots = [Slot("trap", p, None) for p in traps]
-    kinds: tuple[tuple[SlotKind, Callable[[KernelRule], tuple[re.Pattern[str], ...]]], ...] = (
-        ("anchor", lambda r: r.anchors),
-        ("followup", lambda r: r.followups),
-        ("detail", lambda r: r.details),
+def _slots(
+    rules: list[KernelRule], traps: tuple[str, ...], compiled: Mapping[str, re.Pattern[str]]
+) -> tuple[Slot, ...]:
+    """Every pattern in the order the classifier tries them (compiled already when ``compiled`` has it)."""
+    slots = [Slot("trap", p, None, compiled.get(p)) for p in traps]
+    kinds: tuple[tuple[SlotKind, Callable[[KernelRule], tuple[str, ...]]], ...] = (
+        ("anchor", lambda r: r.anchor_sources),
+        ("followup", lambda r: r.followup_sources),
+        ("detail", lambda r: r.detail_sources),
     )
     for kind, patterns in kinds:
         for rule in rules:
             for p in patterns(rule):
-                slots.append(Slot(kind, p, rule, "source" in p.groupindex, "device" in p.groupindex))
+                slots.append(Slot(kind, p, rule, compiled.get(p)))
     return tuple(slots)
 
 
 def _slot_literals(slots: Sequence[Slot]) -> list[Literals | None]:
     """Each slot's required literals (None: the pattern has none, it is tried on every line)."""
     return [
-        frozenset(s.rule.literals) if s.rule is not None and s.rule.literals else required_literals(s.pattern)
+        frozenset(s.rule.literals) if s.rule is not None and s.rule.literals else required_literals(s.compile())
         for s in slots
     ]
 
@@ -330,21 +405,26 @@ def shipped_rules_json(yaml_text: str) -> str:
     return json.dumps(twin, indent=1, sort_keys=True) + "\n"
 
 
+def _data_dir() -> Path:
+    """``exporter/data`` (the package is installed as files: importlib.resources would cost every start ~4 ms)."""
+    return Path(__file__).resolve().parent.parent / "data"
+
+
 @lru_cache(maxsize=1)
 def default_rules() -> KernelRules:
-    data = resources.files("exporter").joinpath("data")
-    text = data.joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
+    data = _data_dir()
+    text = (data / SHIPPED_RULES).read_text(encoding="utf-8")
     source = f"exporter/data/{SHIPPED_RULES}"
     try:
-        twin = json.loads(data.joinpath(SHIPPED_RULES_JSON).read_text(encoding="utf-8"))
+        twin = json.loads((data / SHIPPED_RULES_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         twin = None
     if isinstance(twin, dict) and twin.get("yaml_sha256") == _sha256(text):
-        return compile_rules(twin.get("rules"), source, twin.get("slot_literals"))
+        return compile_rules(twin.get("rules"), source, twin.get("slot_literals"), checked=True)
     return _compile_text(text, source)
 
 
 if __name__ == "__main__":  # regenerate the JSON twin of the shipped rules
-    _data = Path(__file__).resolve().parent.parent / "data"
+    _data = _data_dir()
     (_data / SHIPPED_RULES_JSON).write_text(shipped_rules_json((_data / SHIPPED_RULES).read_text(encoding="utf-8")))
     sys.exit(0)
