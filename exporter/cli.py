@@ -1007,6 +1007,7 @@ def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
 def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     """Serve until SIGTERM or SIGINT (exit 0); 2 when the web config, the rules or the listening socket are bad.
     ``load`` reads the configuration again for SIGHUP (the same command line over the file as it is then)."""
+    from exporter.heap import limit_arenas
     from exporter.http import Limits, make_app, serve
     from exporter.metrics.collector import RocmCollector
     from exporter.metrics.exposition import VOLATILE_SECONDS, Exposition
@@ -1016,6 +1017,8 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     from exporter.server.stats import ServerStats
     from exporter.sources.wakeup import Interrupt, wait_readable
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
+
+    limit_arenas()  # before the first thread: the collections' and scrapes' threads share two malloc arenas
 
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()

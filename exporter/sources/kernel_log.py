@@ -23,12 +23,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from exporter.config import Config
+from exporter.heap import trim_heap
 from exporter.logging import get_logger
 from exporter.model.kernel import KernelEvent, KernelLogState, KernelRecord
 from exporter.parsers.common import normalize_bdf
 from exporter.parsers.kernel_log import SkippedRecords
 from exporter.sources import SourceError
-from exporter.sources.logread import FdReader, FileFollower, RawReader, ReadResult, StreamReader, trim_heap
+from exporter.sources.logread import FdReader, FileFollower, RawReader, ReadResult, StreamReader
 from exporter.sources.wakeup import FALLBACK_POLL_SECONDS, FileWatch, Interrupt, wait_readable
 from exporter.statefile import remove_stale_temps, write_atomic
 from exporter.watchdog.kernel_classify import KernelClassifier, aer_severity

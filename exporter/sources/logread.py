@@ -399,16 +399,3 @@ class FileFollower:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def trim_heap() -> None:
-    """Give the memory a large backlog's records took back to the system (glibc keeps freed heap otherwise: a
-    1M-line backlog left the process 38 MiB larger). A no-op where the C library has no ``malloc_trim``."""
-    import ctypes  # only here: ctypes and ctypes.util cost a start that never trims several milliseconds
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
