@@ -816,10 +816,11 @@ def test_collection_cycles_keep_rss_flat(
     subprocesses every 10th cycle: 1,000 runs each, the parsers on real captures each time. VmRSS of this process
     is sampled every 500 cycles.
 
-    Every reset line written is a message not seen before, so the kernel-log classifier's match cache
-    (MATCH_CACHE_SIZE messages, emptied when full) fills up over the first ~4,100 cycles, about 3.5 MiB, and is
-    reused from then on. So: from cycle 1,000 (everything else warm) to the end RSS may grow by rss_bound_mib, and
-    once the cache has filled (PLATEAU) by plateau_bound_mib: a leak of a few hundred bytes a cycle shows there."""
+    Every reset line written is a message not seen before, so the kernel-log classifier's match cache (at most
+    MATCH_CACHE_SIZE messages, in two halves: the older is dropped when the newer is full) fills up over the first
+    ~4,100 cycles, a few MiB, and is reused from then on. So: from cycle 1,000 (everything else warm) to the end
+    RSS may grow by rss_bound_mib, and once the cache has filled (PLATEAU) by plateau_bound_mib: a leak of a few
+    hundred bytes a cycle shows there."""
     cycles = env_int("ROCM_WATCHDOG_COLLECT_CYCLES", 10_000)
     smi_every = 10
     sample_every = min(500, max(1, cycles // 20))
