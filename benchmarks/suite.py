@@ -351,8 +351,9 @@ def wait_ready(server: Server, needles: Sequence[str], limit: float = 60) -> str
     raise RuntimeError(f"{server.label} not ready after {limit:g} s, missing {missing}: {server.stderr_tail()}")
 
 
-def wait_ours(server: Server) -> str:
-    return wait_ready(server, [f'rocm_watchdog_source_up{{source="{s}"}} 1.0' for s in SOURCES])
+def wait_ours(server: Server, skip: Sequence[str] = ()) -> str:
+    """Until every source but ``skip`` is up (``--smi.backend=auto`` runs amd-smi alone: skip rocm-smi)."""
+    return wait_ready(server, [f'rocm_watchdog_source_up{{source="{s}"}} 1.0' for s in SOURCES if s not in skip])
 
 
 _LAST_SUCCESS = re.compile(r'^rocm_watchdog_source_last_success_timestamp_seconds\{source="([^"]+)"\} (\S+)$', re.M)
@@ -638,7 +639,10 @@ def section_idle(hosts: dict[str, Host], args: argparse.Namespace, logs: Path) -
             if anchor is not None:
                 servers.append((host, anchor))
         for _, server in servers:
-            (wait_ours if server.label.startswith("rocm-watchdog") else wait_node_exporter)(server)
+            if not server.label.startswith("rocm-watchdog"):
+                wait_node_exporter(server)
+            else:  # the defaults' row runs amd-smi alone
+                wait_ours(server, skip=() if "--smi.backend=both" in server.label else ("rocm-smi",))
         limit = int(args.idle_seconds / IDLE_SCRAPE_EVERY_S) + 2
         scrapers = [
             Scraper(server.port, IDLE_SCRAPE_EVERY_S, i * IDLE_SCRAPE_EVERY_S / len(servers), limit)

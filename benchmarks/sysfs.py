@@ -1,4 +1,7 @@
-"""sysfs source benchmark: one ``read_sysfs`` walk over realistic fake roots (tests/fakeroot.py).
+"""sysfs source benchmark: one ``read_sysfs`` walk over realistic fake roots (tests/fakeroot.py), as each caller makes
+it: without memory (``check``, ``once``, a first walk), as the telemetry source walks every interval (each GPU
+under its deadline in a worker thread, the fixed files kept: ``GpuReads``), identity only without memory, and as the
+devices source walks (identity, fixed files kept: ``FixedValues``).
 
 Run from the repository root: ``PYTHONPATH=. .venv/bin/python benchmarks/sysfs.py [--runs N]``.
 Layouts: 8x MI210 (8 GPUs, BMC on card0) and 8x MI300X in CPX mode (63 partitions, 56 platform devices).
@@ -13,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,19 +25,29 @@ sys.path.insert(0, str(REPO / "tests"))  # the tests' fake-root builder
 
 from fakeroot import FakeOther, build_root, capture_gpus  # noqa: E402
 
-from exporter.sources.sysfs import read_sysfs  # noqa: E402
+from exporter.sources.sysfs import FixedValues, GpuReads, read_sysfs  # noqa: E402
 
 LAYOUTS = {"mi210-8gpu": "mi210-8gpu-xgmi-pcie", "mi300x-cpx-63": "mi300x-cpx-8gpu"}
 
 
-def _time(sysfs: Path, with_state: bool, runs: int) -> list[float]:
-    read_sysfs(sysfs, with_state=with_state)  # warm the dentry and page caches
+def _time(walk: Callable[[], object], runs: int) -> list[float]:
+    walk()  # warm the dentry and page caches (and the walk's memory)
     out = []
     for _ in range(runs):
         start = time.perf_counter()
-        read_sysfs(sysfs, with_state=with_state)
+        walk()
         out.append(time.perf_counter() - start)
     return out
+
+
+def walks(sysfs: Path) -> dict[str, Callable[[], object]]:
+    gpu_reads, fixed = GpuReads(), FixedValues()
+    return {
+        "with state, no memory": lambda: read_sysfs(sysfs),
+        "with state, telemetry source": lambda: read_sysfs(sysfs, gpu_reads=gpu_reads),
+        "identity, no memory": lambda: read_sysfs(sysfs, with_state=False),
+        "identity, devices source": lambda: read_sysfs(sysfs, with_state=False, fixed=fixed),
+    }
 
 
 def main() -> None:
@@ -45,11 +59,11 @@ def main() -> None:
         for label, capture in LAYOUTS.items():
             root = build_root(Path(tmp), capture_gpus(capture), others=[FakeOther.bmc()], cpu_nodes=2, name=label)
             gpus = len(read_sysfs(root.sys).gpus)
-            for with_state in (True, False):
-                times = sorted(_time(root.sys, with_state, args.runs))
+            for name, walk in walks(root.sys).items():
+                times = sorted(_time(walk, args.runs))
                 p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
                 print(
-                    f"{label:14} gpus={gpus:3} with_state={with_state!s:5} "
+                    f"{label:14} gpus={gpus:3} {name:30} "
                     f"median={statistics.median(times) * 1e3:7.2f} ms  p95={p95 * 1e3:7.2f} ms"
                 )
 
