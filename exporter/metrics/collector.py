@@ -7,7 +7,7 @@ process metrics never mix with ours: serve adds its own (``exporter.metrics.self
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 from prometheus_client.core import Metric
@@ -48,23 +48,29 @@ class Section(msgspec.Struct, frozen=True):
     key: Callable[[StoreView], tuple[object, ...]] | None = None
 
 
+def inputs_key(
+    view: StoreView, names: Sequence[str], health: bool = False, data: Callable[[object], object] = lambda d: d
+) -> tuple[object, ...]:
+    """What a section built from the entries ``names`` is made of: each one's ``data`` (or its health, for a health
+    section) and whether it is fresh. The exposition's default key (``Section.key`` None)."""
+    out: list[object] = []
+    for name in names:
+        entry = view.entries.get(name)
+        if entry is None:
+            out += (name, None, None)
+            continue
+        out += (name, entry.health if health else data(entry.data), entry.health.fresh(view.now))
+    return tuple(out)
+
+
+def _without_time(data: object) -> object:
+    return data.what() if isinstance(data, DeviceWatchState) else data
+
+
 def _timeless_key(*inputs: str) -> Callable[[StoreView], tuple[object, ...]]:
-    """The exposition's default key of a section built from ``inputs`` (each input's data and whether it is
-    fresh), with the devices state taken without when it was read (``DeviceWatchState.what``): a collection that
-    found the same state renders nothing again."""
-
-    def key(view: StoreView) -> tuple[object, ...]:
-        out: list[object] = []
-        for name in inputs:
-            entry = view.entries.get(name)
-            if entry is None:
-                out += (name, None, None)
-                continue
-            data = entry.data.what() if isinstance(entry.data, DeviceWatchState) else entry.data
-            out += (name, data, entry.health.fresh(view.now))
-        return tuple(out)
-
-    return key
+    """``inputs_key`` with the devices state taken without when it was read (``DeviceWatchState.what``): a
+    collection that found the same state renders nothing again."""
+    return lambda view: inputs_key(view, inputs, data=_without_time)
 
 
 _DEVICES_KEY = _timeless_key("devices")

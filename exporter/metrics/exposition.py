@@ -30,7 +30,7 @@ from prometheus_client import generate_latest as text_latest
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from exporter.metrics.collector import RocmCollector, Section
+from exporter.metrics.collector import RocmCollector, Section, inputs_key
 from exporter.store import StoreView
 
 _EOF = b"# EOF\n"
@@ -191,15 +191,8 @@ class Exposition:
 
 
 def _key(section: Section, view: StoreView) -> tuple[object, ...]:
-    """What the section's families are made of: each input's data (or health) and whether it is fresh."""
+    """What the section's families are made of: its own key, else each input's data (or health) and freshness."""
     if section.key is not None:
         return section.key(view)
     names = sorted(view.entries) if section.inputs is None else section.inputs
-    key: list[object] = []
-    for name in names:
-        entry = view.entries.get(name)
-        if entry is None:
-            key += (name, None, None)
-            continue
-        key += (name, entry.health if section.health else entry.data, entry.health.fresh(view.now))
-    return tuple(key)
+    return inputs_key(view, names, section.health)
