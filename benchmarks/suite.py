@@ -82,6 +82,7 @@ from fakeroot import (  # noqa: E402
     FakeOther,
     FakeRoot,
     build_root,
+    capture_for_host,
     capture_gpus,
     gpu_metrics_file,
     mi300x_gpu,
@@ -202,23 +203,6 @@ class Host:
         path = self.root.root / "var" / "lib" / f"rocm-watchdog-{self.runs}"
         path.mkdir(mode=0o700, parents=True)
         return path
-
-
-_BDF = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
-
-
-def capture_for_host(capture: Path, bdfs: list[str], dest: Path) -> Path:
-    """A copy of ``capture`` whose PCI addresses are the host's, in order of first appearance (case kept)."""
-    mapping: dict[str, str] = {}
-
-    def replace(match: re.Match[str]) -> str:
-        found = match.group(0)
-        new = mapping.setdefault(found.lower(), bdfs[len(mapping) % len(bdfs)])
-        return new.upper() if found != found.lower() else new
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(_BDF.sub(replace, capture.read_text(errors="replace")))
-    return dest
 
 
 def with_telemetry(gpus: list[FakeGpu]) -> list[FakeGpu]:

@@ -1234,3 +1234,21 @@ def mi100_gpu(
     }
     spec.update(kw)
     return FakeGpu(bdf, card=card, render=render, kfd_node=kfd_node, **spec)  # type: ignore[arg-type]
+
+
+_BDF = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
+
+
+def capture_for_host(capture: Path, bdfs: list[str], dest: Path) -> Path:
+    """A copy of ``capture`` whose PCI addresses are the host's, in order of first appearance (case kept): a tool
+    reports the GPUs of the host it runs on (the stub tools of the benchmarks and the long tests)."""
+    mapping: dict[str, str] = {}
+
+    def replace(match: re.Match[str]) -> str:
+        found = match.group(0)
+        new = mapping.setdefault(found.lower(), bdfs[len(mapping) % len(bdfs)])
+        return new.upper() if found != found.lower() else new
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(_BDF.sub(replace, capture.read_text(errors="replace")))
+    return dest

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root, capture_gpus
+from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root, capture_for_host, capture_gpus
 from paths import DATA, FIXTURES
 from stubs import amd_smi_stub, rocm_smi_stub
 
@@ -733,23 +733,6 @@ def test_full_state_disk_counts_on_and_recovers(
 
 
 # --- 2. 10,000 collection cycles --------------------------------------------------------------------------------
-
-_BDF = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
-
-
-def capture_for_host(capture: Path, bdfs: list[str], dest: Path) -> Path:
-    """A copy of ``capture`` whose PCI addresses are the host's, in order of first appearance (benchmarks/suite.py
-    does the same): a tool reports the GPUs of the host it runs on."""
-    mapping: dict[str, str] = {}
-
-    def replace(match: re.Match[str]) -> str:
-        found = match.group(0)
-        new = mapping.setdefault(found.lower(), bdfs[len(mapping) % len(bdfs)])
-        return new.upper() if found != found.lower() else new
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(_BDF.sub(replace, capture.read_text(errors="replace")))
-    return dest
 
 
 def eight_gpu_host(base: Path) -> tuple[FakeRoot, Path, Path, list[str]]:
