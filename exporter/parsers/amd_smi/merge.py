@@ -100,10 +100,12 @@ def _remap(report: SmiReport, by_bdf: Mapping[str, int], warnings: list[str]) ->
 
 
 def _merge_fields(target: dict[str, Any], record: msgspec.Struct, where: str, warnings: list[str]) -> None:
-    for field in msgspec.structs.fields(record):
-        value = getattr(record, field.name)
-        old = target.get(field.name)
+    # the names from the class: msgspec.structs.fields() evaluates every annotation on each call, which was most
+    # of an amd-smi run's own CPU (BENCHMARKS.md, idle cost)
+    for name in record.__struct_fields__:
+        value = getattr(record, name)
+        old = target.get(name)
         if old is None:
-            target[field.name] = value
+            target[name] = value
         elif value is not None and value != old and where:
-            warnings.append(f"{where}: {field.name} differs between outputs ({old!r}, {value!r}); kept the first")
+            warnings.append(f"{where}: {name} differs between outputs ({old!r}, {value!r}); kept the first")
