@@ -134,6 +134,39 @@ def test_a_stuck_key_gets_one_thread_and_the_others_still_run() -> None:
     assert runner.stuck() == {}
 
 
+def test_calls_after_a_stuck_one_go_to_a_new_worker_and_none_runs_twice() -> None:
+    gate = threading.Event()
+    ran: list[str] = []
+    runner: DeadlineRunner[str] = DeadlineRunner("u")
+
+    def call(key: str, seconds: float = 0.0, wait: bool = False) -> Callable[[], str]:
+        def fn() -> str:
+            ran.append(key)
+            if wait:
+                gate.wait(30)
+            time.sleep(seconds)
+            return key
+
+        return fn
+
+    calls = {"a": call("a"), "b": call("b", wait=True), "c": call("c"), "d": call("d", seconds=0.05)}
+    try:
+        started = time.monotonic()
+        out = runner.run(calls, 0.3)
+        took = time.monotonic() - started
+        assert {k: (o.status, o.value) for k, o in out.items()} == {
+            "a": ("done", "a"), "b": ("timeout", None), "c": ("done", "c"), "d": ("done", "d"),
+        }  # fmt: skip
+        assert 0.3 <= took < 5 and out["b"].running_seconds >= 0.3
+        assert ran == ["a", "b", "c", "d"]  # each once, in order; c and d on the new worker
+        assert len(threads_named("u-b")) == 1 and len(threads_named("u-worker")) == 1
+    finally:
+        gate.set()
+    threads_named("u-b")[0].join(5) if threads_named("u-b") else None
+    assert ran == ["a", "b", "c", "d"]  # the abandoned worker took nothing after b
+    assert {k: o.status for k, o in runner.run(calls, 1.0).items()} == dict.fromkeys("abcd", "done")
+
+
 # ---- sysfs: the first line (no blocking open) and the errors ------------------------------------------------
 
 

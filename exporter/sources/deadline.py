@@ -5,8 +5,8 @@ A sick GPU can make a read of one of its sysfs files block for as long as the GP
 the driver (a hung SMU, a reset holding a lock). Nothing can interrupt it from user space, so the only defence
 is not to wait for it:
 
-- ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a worker thread, one after the other, and
-  waits for each up to the deadline. A call past the deadline is abandoned: its worker is left to finish it on
+- ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a worker thread, one after the other, handed
+  over at once, and waits for each up to the deadline from its start. A call past the deadline is abandoned: its worker is left to finish it on
   its own and is never given other work (the next key goes to a new worker), and while it is still running no
   new call for that key is started (the key is reported ``stuck``). So at most one thread per key can be stuck,
   and a stuck key delays the others by one deadline once. One worker reading the GPUs in turn costs what
@@ -100,7 +100,7 @@ class _Call(Generic[T]):
     def __init__(self, fn: Callable[[], T]) -> None:
         self.fn = fn
         self.done = threading.Event()
-        self.started = time.monotonic()
+        self.started = 0.0  # time.monotonic() when the worker took it (0.0: not taken)
         self.value: T | None = None
         self.error: BaseException | None = None
 
@@ -113,28 +113,78 @@ class _Call(Generic[T]):
             self.done.set()
 
 
+class _Batch(Generic[T]):
+    """Calls a worker runs in turn, handed over at once: the caller sleeps until the last returns or the one
+    running passes the deadline, instead of waking (and handing over) once per call. Under ``lock`` the worker
+    takes the next call and the caller cancels the ones not taken, so a call is never run twice nor lost."""
+
+    __slots__ = ("calls", "cancelled", "done", "lock", "since", "taken")
+
+    def __init__(self, calls: list[_Call[T]]) -> None:
+        self.calls = calls
+        self.lock = threading.Lock()
+        self.done = threading.Event()  # set when the worker is through with it (every call run, or cancelled)
+        self.taken = 0  # how many calls the worker took; the one running is calls[taken - 1]
+        self.cancelled = False
+        self.since = time.monotonic()  # when the running call was taken (before the first: when handed over)
+
+    def take(self) -> _Call[T] | None:
+        """The worker's next call; None when there is none left or the caller cancelled the rest."""
+        with self.lock:
+            if self.cancelled or self.taken == len(self.calls):
+                return None
+            call = self.calls[self.taken]
+            self.taken += 1
+            call.started = self.since = time.monotonic()
+            return call
+
+    def overdue(self, deadline_seconds: float) -> int | None:
+        """Cancel the calls not taken and give the index of the running one if it has run past the deadline (or
+        nothing was taken for that long); None while it is within it."""
+        with self.lock:
+            running = self.calls[self.taken - 1] if self.taken else None
+            if self.done.is_set() or (running is not None and running.done.is_set()):
+                return None
+            if time.monotonic() - self.since < deadline_seconds:
+                return None
+            self.cancelled = True
+            return max(self.taken - 1, 0)
+
+    def wait_seconds(self, deadline_seconds: float) -> float:
+        """How long the caller may sleep before the running call could be overdue (at least a millisecond: the
+        worker may be between two calls)."""
+        with self.lock:
+            return max(0.001, self.since + deadline_seconds - time.monotonic())
+
+
 class _Worker(Generic[T]):
-    """A daemon thread that runs the calls put in its queue, until it is abandoned (it exits after its call)."""
+    """A daemon thread that runs the batches put in its queue, until it is abandoned (it exits after its call)."""
 
     def __init__(self, name: str) -> None:
-        self.calls: queue.SimpleQueue[_Call[T] | None] = queue.SimpleQueue()
+        self.calls: queue.SimpleQueue[_Batch[T] | None] = queue.SimpleQueue()
         self.abandoned = False
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while True:
-            call = self.calls.get()
-            if call is None:
+            batch = self.calls.get()
+            if batch is None:
                 return
-            call()
-            if self.abandoned:  # its call passed the deadline: another worker took over
+            while (call := batch.take()) is not None:
+                call()
+            batch.done.set()
+            if self.abandoned:  # a call passed the deadline: another worker took over
                 return
 
 
 class DeadlineRunner(Generic[T]):
     """Keyed calls, run one after the other by a worker thread, each waited for up to a deadline; at most one
     running call per key.
+
+    The calls go to the worker in one hand-off and the caller sleeps until the last one returned, or until the
+    one running passes its deadline: then that one is abandoned with its worker, and the calls it had not taken
+    go to a new worker. (One hand-off per call cost a thread switch each way per GPU and walk.)
 
     Not thread-safe: one caller at a time (a source's collect, which the scheduler never runs twice at once).
     """
@@ -154,27 +204,36 @@ class DeadlineRunner(Generic[T]):
         for key in [k for k, c in self._running.items() if c.done.is_set()]:
             del self._running[key]  # an abandoned call that returned since: its key may run again
         out: dict[str, Outcome[T]] = {}
+        pending: list[tuple[str, _Call[T]]] = []
         for key, fn in calls.items():
             old = self._running.get(key)
             if old is not None:
                 out[key] = Outcome("stuck", running_seconds=time.monotonic() - old.started)
-                continue
+            else:
+                pending.append((key, _Call(fn)))
+        while pending:
             try:
                 worker = self._worker if self._worker is not None else _Worker[T](f"{self._name}-worker")
             except RuntimeError as exc:  # can't start new thread: the host is out of threads or memory
-                out[key] = Outcome("error", error=exc)
-                continue
+                out.update((key, Outcome("error", error=exc)) for key, _ in pending)
+                break
             self._worker = worker
-            call = _Call(fn)
-            worker.calls.put(call)
-            if not call.done.wait(deadline_seconds):
-                worker.abandoned = True  # it is stuck in this call: the next key gets a new worker
-                worker.thread.name = f"{self._name}-{key}"  # named after what it is stuck on (py-spy, tests)
-                self._worker = None
+            batch = _Batch([call for _, call in pending])
+            worker.calls.put(batch)
+            overdue: int | None = None
+            while overdue is None and not batch.done.wait(batch.wait_seconds(deadline_seconds)):
+                overdue = batch.overdue(deadline_seconds)
+            finished = pending if overdue is None else pending[:overdue]
+            for key, call in finished:
+                out[key] = Outcome("done", value=call.value) if call.error is None else Outcome("error", error=call.error)
+            if overdue is None:
+                break
+            key, call = pending[overdue]
+            worker.abandoned = True  # it is stuck in this call: the rest go to a new worker
+            worker.thread.name = f"{self._name}-{key}"  # named after what it is stuck on (py-spy, tests)
+            self._worker = None
+            if call.started:
                 self._running[key] = call
-                out[key] = Outcome("timeout", running_seconds=time.monotonic() - call.started)
-            elif call.error is not None:
-                out[key] = Outcome("error", error=call.error)
-            else:
-                out[key] = Outcome("done", value=call.value)
+            out[key] = Outcome("timeout", running_seconds=time.monotonic() - (call.started or batch.since))
+            pending = pending[overdue + 1 :]
         return {key: out[key] for key in calls}
