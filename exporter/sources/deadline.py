@@ -6,12 +6,12 @@ the driver (a hung SMU, a reset holding a lock). Nothing can interrupt it from u
 is not to wait for it:
 
 - ``DeadlineRunner.run`` runs one call per key (a GPU's files) in a worker thread, one after the other, handed
-  over at once, and waits for each up to the deadline from its start. A call past the deadline is abandoned: its worker is left to finish it on
-  its own and is never given other work (the next key goes to a new worker), and while it is still running no
-  new call for that key is started (the key is reported ``stuck``). So at most one thread per key can be stuck,
-  and a stuck key delays the others by one deadline once. One worker reading the GPUs in turn costs what
-  reading them in the caller would; a thread per GPU at once cost three times the CPU (GIL hand-offs between
-  eight threads), which is most of the exporter's idle cost.
+  over at once, and waits for each up to the deadline from its start. A call past the deadline is abandoned:
+  its worker is left to finish it on its own and is never given other work (the keys after it go to a new
+  worker), and while it is still running no new call for that key is started (the key is reported ``stuck``).
+  So at most one thread per key can be stuck, and a stuck key delays the others by one deadline once. One
+  worker reading the GPUs in turn costs what reading them in the caller would; a thread per GPU at once cost
+  three times the CPU (GIL hand-offs between eight threads), which is most of the exporter's idle cost.
 - ``read_regular`` opens with ``O_NONBLOCK`` and refuses anything that is not a regular file: a FIFO or a
   device node in place of a sysfs attribute would otherwise block in ``open()`` or ``read()`` for good. This is
   the cheap first line only: a hung GPU blocks inside ``read()`` of a regular file, and there the deadline is
@@ -225,7 +225,8 @@ class DeadlineRunner(Generic[T]):
                 overdue = batch.overdue(deadline_seconds)
             finished = pending if overdue is None else pending[:overdue]
             for key, call in finished:
-                out[key] = Outcome("done", value=call.value) if call.error is None else Outcome("error", error=call.error)
+                failed = call.error is not None
+                out[key] = Outcome("error", error=call.error) if failed else Outcome("done", value=call.value)
             if overdue is None:
                 break
             key, call = pending[overdue]
