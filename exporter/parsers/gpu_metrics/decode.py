@@ -61,14 +61,28 @@ def _take_struct(ctype: StructType, values: Iterator[int]) -> FieldValue:
     return element
 
 
+# (id of a layout, which are module constants) -> its compiled format and the members it yields values for
+_WHOLE: dict[int, tuple[struct.Struct, tuple[Member, ...]]] = {}
+
+
+def _plan(layout: Layout, length: int) -> tuple[struct.Struct, tuple[Member, ...]]:
+    """How to unpack the members of ``layout`` that fit in ``length`` bytes; made once per layout for a whole
+    table (a GPU's table is decoded at every walk), each time for a truncated one."""
+    whole = length >= layout.size
+    plan = _WHOLE.get(id(layout)) if whole else None
+    if plan is None:
+        fmt, slots = layout.prefix(length)
+        plan = (struct.Struct(fmt), tuple(s.member for s in slots if not s.member.padding))
+        if whole:
+            _WHOLE[id(layout)] = plan
+    return plan
+
+
 def _decode_fixed(layout: Layout, data: bytes) -> Fields:
-    fmt, slots = layout.prefix(len(data))
-    values = iter(struct.unpack_from(fmt, data))
+    compiled, members = _plan(layout, len(data))
+    values = iter(compiled.unpack_from(data))
     fields: dict[str, FieldValue] = {}
-    for slot in slots:
-        m = slot.member
-        if m.padding:
-            continue
+    for m in members:
         value = _take(m, values)
         if m.name not in HEADER_FIELDS:
             fields[m.name] = value
