@@ -94,6 +94,39 @@ def test_amd_smi_probes_once_and_merges_subcommands(tmp_path: Path) -> None:
     assert second[0] == "list --json"
 
 
+def test_amd_smi_runs_topology_and_static_again_only_when_list_changes_or_they_are_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub = amd_smi_stub(tmp_path, {"list": AMD_LIST, "topology": AMD_TOPO, "process": AMD_PROC, "metric": AMD_MEM})
+    static = (DATA / "amd-smi" / "static_text_numa-bus_2gpu.txt").read_text()  # as for the GPUs list names
+    stub.set("static", stdout=static.replace("0000:03:00.0", "0000:23:00.0").replace("0000:83:00.0", "0000:26:00.0"))
+    source = AmdSmiSource(config_for(tmp_path))
+
+    def runs() -> tuple[list[str], SmiReport]:
+        before = len(stub.calls())
+        report = source.collect()
+        return [c.split()[0] for c in stub.calls()[before:] if "--help" not in c], report
+
+    first, report = runs()
+    assert first == ["list", "metric", "process", "topology", "static"]
+    again, same = runs()
+    assert again == ["list", "metric", "process"]  # the GPUs are set up as before: the last reports merged in
+    assert same == report and same.links and report.gpus[0].numa_node == 0  # static's, kept
+    # The GPUs set up again (here: one of them gone): list says something else, so both run again.
+    listed = AMD_LIST.read_text()
+    one_gpu = listed[: listed.index("GPU: 1")]
+    stub.set("list", stdout=one_gpu)
+    changed, report = runs()
+    assert changed == ["list", "metric", "process", "topology", "static"]
+    assert report.gpus[0].pci_bus == "0000:23:00.0" and report != same
+    assert runs()[0] == ["list", "metric", "process"]
+    monkeypatch.setattr("exporter.sources.smi.SETUP_REFRESH_SECONDS", 0.0)  # old: run again whatever list says
+    assert runs()[0] == ["list", "metric", "process", "topology", "static"]
+    stub.set("list", stdout="garbage\n")  # list unparsable: nothing says the setup is the same
+    monkeypatch.setattr("exporter.sources.smi.SETUP_REFRESH_SECONDS", 600.0)
+    assert runs()[0] == ["list", "metric", "process", "topology", "static"]
+
+
 def test_auto_prefers_amd_smi_and_falls_back_to_rocm_smi(tmp_path: Path) -> None:
     rocm_smi_stub(tmp_path, MI100)
     source = AutoSmiSource(config_for(tmp_path))

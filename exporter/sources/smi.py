@@ -12,6 +12,7 @@ from the parsed output: a run that yields no GPU is a failure.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from msgspec.structs import replace
@@ -19,7 +20,7 @@ from msgspec.structs import replace
 from exporter.config import Config
 from exporter.logging import get_logger
 from exporter.model import ParseError
-from exporter.model.smi import SmiReport
+from exporter.model.smi import SmiGpu, SmiReport
 from exporter.parsers.amd_smi import (
     AmdSmiHelp,
     amd_smi_commands,
@@ -111,6 +112,14 @@ class RocmSmiSource:
 # Subcommands whose help is probed once; the parser decides from it what to run (and with which flags).
 AMD_SMI_PROBED = ("list", "metric", "process", "topology", "static")
 
+# What ``topology`` (links, hops, weights) and ``static --numa --bus --asic`` print is set when the driver sets the
+# GPUs up (a boot, a driver reload, a new partition mode): they run on the first collect, again whenever ``list``
+# prints anything else than the last time they ran, and at least every SETUP_REFRESH_SECONDS; in between their
+# last reports are merged in. Two of the five runs an interval saved (BENCHMARKS.md, idle cost); on a real node
+# ``static`` alone takes seconds.
+SETUP_COMMANDS = frozenset({"topology", "static"})
+SETUP_REFRESH_SECONDS = 600.0
+
 
 class AmdSmiSource:
     name = "amd-smi"
@@ -121,6 +130,9 @@ class AmdSmiSource:
         self._run = runner
         self._queries: tuple[tuple[str, ...], ...] | None = None  # probed once, on the first run
         self._unprobed: set[str] = set()  # subcommands whose help hung or could not run: never used
+        self._setup: dict[tuple[str, ...], SmiReport] = {}  # SETUP_COMMANDS' last reports
+        self._setup_for: tuple[SmiGpu, ...] | None = None  # what ``list`` said when they were run
+        self._setup_at = 0.0  # time.monotonic() of that run
 
     def _help(self, *command: str) -> AmdSmiHelp | None:
         result = self._run((self._path, *command, "--help"), self._timeout)
@@ -154,6 +166,10 @@ class AmdSmiSource:
         reports: list[SmiReport] = []
         problems: list[str] = []
         for number, query in enumerate(self._queries):
+            kept = self._setup.get(query)
+            if kept is not None:  # still what the GPUs are set up as (``_keep_setup`` below)
+                reports.append(kept)
+                continue
             result = self._run((self._path, *query), self._timeout)
             if result.timed_out:
                 # A hung subcommand usually means a sick GPU the next ones would hang on too: stop here and
@@ -166,9 +182,17 @@ class AmdSmiSource:
                 break
             _check_ran(result, "amd-smi")
             try:
-                reports.append(parse_amd_smi(result.stdout))
+                report = parse_amd_smi(result.stdout)
             except ParseError as exc:
                 problems.append(_describe_failure(result, "amd-smi", f"unparsable output: {exc}"))
+                if query[0] == "list":
+                    self._setup.clear()  # nothing tells whether the GPUs are still set up the same: run them
+                continue
+            reports.append(report)
+            if query[0] == "list":
+                self._keep_setup(report.gpus)
+            elif query[0] in SETUP_COMMANDS:
+                self._setup[query] = report
         if not reports:
             raise SourceError("; ".join(problems))
         report = merge_amd_smi_reports(reports)
@@ -178,6 +202,14 @@ class AmdSmiSource:
         if problems:
             report = replace(report, warnings=report.warnings + tuple(problems))
         return report
+
+    def _keep_setup(self, listed: tuple[SmiGpu, ...]) -> None:
+        """Forget the setup commands' reports (they run again in this collect) unless ``list`` printed what it did
+        when they ran, and they are younger than SETUP_REFRESH_SECONDS."""
+        now = time.monotonic()
+        if listed != self._setup_for or now - self._setup_at >= SETUP_REFRESH_SECONDS:
+            self._setup.clear()
+            self._setup_for, self._setup_at = listed, now
 
     def close(self) -> None:
         return None
