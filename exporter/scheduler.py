@@ -8,9 +8,10 @@ while healthy and costs nothing while the host is quiet. The wrapper here, not t
 source's health in the store.
 
 No run can wedge its source or the daemon. The APScheduler job of a polled source only dispatches (``_Guard``):
-it starts the collect in a daemon thread of its own and returns at once, so APScheduler's executor threads never
-block (nor keep the process alive at exit) and APScheduler never reaches ``max_instances`` (its plain-text
-"skipped" line; whatever it still logs at warning goes through structlog). A tick while a run is in progress
+it hands the collect to the source's own daemon thread and returns at once, so it runs in APScheduler's own
+thread (no executor pool: each hand-off between threads costs a wake-up, the bulk of an idle daemon's CPU on a
+VM), never blocks it (nor keeps the process alive at exit), and APScheduler never reaches ``max_instances`` (its
+plain-text "skipped" line; whatever it still logs at warning goes through structlog). A tick while a run is in progress
 starts no other and is logged as ``source_skipped`` (info once per streak, then debug). A run still going past
 its deadline (``Scheduled.deadline_seconds``: the tool's timeout plus a grace, or ``IN_PROCESS_DEADLINE_SECONDS``)
 is recorded as a failure (``up`` 0) at every tick until it returns. So at most one thread per source is ever
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -121,7 +123,7 @@ def _record_failure(store: SnapshotStore, name: str, error: str, duration: float
 
 
 class _Run:
-    """One collect of a polled source, in a daemon thread of its own."""
+    """One collect of a polled source, in the source's daemon thread."""
 
     __slots__ = ("done", "started")
 
@@ -131,8 +133,9 @@ class _Run:
 
 
 class _Guard:
-    """Runs a polled source so that no run blocks its caller for long: one run at a time, each in a daemon thread,
-    a failure recorded at every tick while a run is past its deadline."""
+    """Runs a polled source so that no run blocks its caller for long: one run at a time, each in the source's
+    daemon thread (started with the first run, kept: a run never starts while one is in progress, so the thread
+    is free whenever a run is due), a failure recorded at every tick while a run is past its deadline."""
 
     def __init__(self, job: Scheduled, store: SnapshotStore) -> None:
         self._job = job
@@ -141,15 +144,20 @@ class _Guard:
         self._run: _Run | None = None
         self._skips = 0  # ticks skipped since the last run started
         self._stopping = False
+        self._runs: queue.SimpleQueue[tuple[_Run, contextvars.Context] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def busy(self) -> bool:
         run = self._run
         return run is not None and not run.done.is_set()
 
     def stop(self) -> None:
-        """Start no more runs."""
+        """Start no more runs; the source's thread ends once the run in progress (if any) returns."""
         with self._lock:
             self._stopping = True
+            if self._thread is not None:
+                self._runs.put(None)
+                self._thread = None
 
     def tick(self) -> None:
         """APScheduler's job: start a run unless one is in progress; returns at once."""
@@ -174,20 +182,28 @@ class _Guard:
         return time.monotonic() - run.started
 
     def _start(self) -> _Run | None:
+        if self._thread is None or not self._thread.is_alive():
+            name = f"collect-{self._job.source.name}"
+            thread = threading.Thread(target=self._loop, name=name, daemon=True)  # a stuck read must not hold the exit
+            try:
+                thread.start()
+            except RuntimeError as exc:  # can't start new thread: out of threads or memory
+                bound = log.bind(source=self._job.source.name)
+                error = f"cannot start a collect thread: {exc}"
+                _record_failure(self._store, self._job.source.name, error, 0.0, bound)
+                return None
+            self._thread = thread
         run = _Run()
-        context = contextvars.copy_context()  # the caller's log context (``once``: the service and version)
-        name = f"collect-{self._job.source.name}"
-        thread = threading.Thread(target=context.run, args=(self._execute, run), name=name)
-        thread.daemon = True  # a run stuck in a read must not keep the process alive
-        try:
-            thread.start()
-        except RuntimeError as exc:  # can't start new thread: out of threads or memory
-            bound = log.bind(source=self._job.source.name)
-            _record_failure(self._store, self._job.source.name, f"cannot start a collect thread: {exc}", 0.0, bound)
-            return None
+        # the caller's log context (``once``: the service and version)
+        self._runs.put((run, contextvars.copy_context()))
         self._run = run
         self._skips = 0
         return run
+
+    def _loop(self) -> None:
+        while (item := self._runs.get()) is not None:
+            run, context = item
+            context.run(self._execute, run)
 
     def _still_running(self, run: _Run) -> None:
         """A tick while ``run`` is in progress (the lock is held): skipped, or a failure once past the deadline."""
@@ -254,10 +270,13 @@ class Scheduler:
         return guard
 
     def start(self) -> None:
-        from apscheduler.schedulers.background import BackgroundScheduler  # not for once: 40 ms of imports
+        from apscheduler.executors.debug import DebugExecutor  # not for once: 40 ms of imports
+        from apscheduler.schedulers.background import BackgroundScheduler
 
         _route_apscheduler_logs()
         scheduler = BackgroundScheduler(
+            # the jobs only dispatch (_Guard.tick): run in the scheduler's thread, not handed to a pool's
+            executors={"default": DebugExecutor()},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=timezone.utc,
         )
@@ -310,7 +329,7 @@ class Scheduler:
         for guard in self._guards.values():
             guard.stop()
         if self._scheduler is not None:
-            # The jobs only dispatch: APScheduler's executor threads are idle and exit at once.
+            # The jobs only dispatch, in the scheduler's thread: nothing to wait for.
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._interrupt is not None:
