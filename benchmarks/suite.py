@@ -103,6 +103,8 @@ AMD_SMI_CAPTURES = {
     "topology": SMI / "amd-smi" / "amdsmi-changelog-rocm611_topology-a-t_json_2gpu-pcie.json",
     "process": SMI / "amd-smi" / "amdsmi-changelog-rocm620_process_text_sudo.txt",
     "metric": DATA / "amd-smi" / "metric-mem-usage_json_value-unit_2gpu.json",  # synthetic, as the tests use
+    # a table, as amd-smi prints (it printed "[]", which the exporter takes for a failed run and runs again)
+    "static": DATA / "amd-smi" / "static_json_gpu-data-wrapper_amdsmi26.json",  # synthetic, as the tests use
 }
 PROMETHEUS_TEXT = "text/plain;version=0.0.4"
 CONNECTIONS = (1, 8, 100)
@@ -233,7 +235,7 @@ def build_host(base: Path, label: str) -> Host:
     captures = root.root / "captures"
     rocm_smi_stub(tools, capture_for_host(ROCM_SMI_CAPTURE, bdfs, captures / ROCM_SMI_CAPTURE.name))
     outputs = {cmd: capture_for_host(path, bdfs, captures / path.name) for cmd, path in AMD_SMI_CAPTURES.items()}
-    amd_smi_stub(tools, outputs).set("static", stdout="[]")
+    amd_smi_stub(tools, outputs)
     partitions = sum(1 for gpu in gpus for part in gpu.partitions if part.render is not None)  # registered ones
     return Host(label, root, tools, kernel_log, bdfs, partitions)
 
