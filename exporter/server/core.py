@@ -288,6 +288,7 @@ class HttpServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._freed = asyncio.Event()  # a connection closed (for an accept loop waiting for room)
+        self._untidy = asyncio.Event()  # a client fault was counted or an address failed auth: housekeeping due
         self._no_room_until = 0.0  # loop time until which a fresh head is displaced without waiting for room
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
@@ -391,6 +392,7 @@ class HttpServer:
         """Count a client fault; log the first of its kind at once, then at most one line a minute per kind,
         saying how many were not logged since the last line (``_flush_log`` says it when no new one comes)."""
         count = self.counters.event(kind)
+        self._untidy.set()
         last = self._logged.get(kind)
         now = time.monotonic()
         if last is None or now - last[0] >= LOG_EVERY_SECONDS:
@@ -412,12 +414,18 @@ class HttpServer:
         emit("http_client_error", kind=kind, total=total, suppressed=not_logged, **detail)
 
     async def _housekeeping(self) -> None:
+        """Every HOUSEKEEPING_SECONDS while there is something to tidy; asleep, without a timer, while there is
+        not (a wake-up of an idle daemon costs CPU)."""
         while True:
+            await self._untidy.wait()
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             self._flush_log()
             now = asyncio.get_running_loop().time()
             for client in [c for c in self._auth_buckets if self._auth_level(c, now) <= 0]:
                 del self._auth_buckets[client]
+            unlogged = any(self.counters.events_of(kind) > logged for kind, (_, logged) in self._logged.items())
+            if not unlogged and not self._auth_buckets:
+                self._untidy.clear()
 
     # --- accepting, fair shares ---------------------------------------------------------------------------
 
@@ -810,6 +818,7 @@ class HttpServer:
             emptiest = min(self._auth_buckets, key=lambda c: self._auth_level(c, now))
             del self._auth_buckets[emptiest]
         self._auth_buckets[client] = (self._auth_level(client, now) + 1, now)
+        self._untidy.set()
 
     def _timed(self, request: Request) -> tuple[Response, float]:
         start = time.perf_counter()
