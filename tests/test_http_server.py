@@ -538,6 +538,24 @@ def test_client_faults_are_logged_once_a_minute_per_kind_with_the_count_not_logg
     assert lines[0]["client"] == "127.0.0.1" and lines[0]["detail"] == "bad_request_line"
 
 
+def test_a_quiet_server_says_what_it_did_not_log_then_sleeps_without_a_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(core, "LOG_EVERY_SECONDS", 0.3)
+    monkeypatch.setattr(core, "HOUSEKEEPING_SECONDS", 0.1)
+    with capture_logs() as logs, running() as server:
+        assert not server._untidy.is_set()  # nothing to tidy: no housekeeping timer
+        for _ in range(3):
+            raw(server, b"GARBAGE\r\n\r\n")
+        limit = time.monotonic() + 5
+        while len([e for e in logs if e["event"] == "http_client_error"]) < 2 and time.monotonic() < limit:
+            time.sleep(0.05)
+        lines = [(e["total"], e["suppressed"]) for e in logs if e["event"] == "http_client_error"]
+        assert lines == [(1, 0), (3, 2)]  # the two not logged, said by housekeeping while the server runs
+        limit = time.monotonic() + 5
+        while server._untidy.is_set() and time.monotonic() < limit:
+            time.sleep(0.05)
+        assert not server._untidy.is_set()  # all said: asleep again until the next fault
+
+
 def test_asyncio_and_loop_errors_are_one_line_without_a_traceback() -> None:
     """What asyncio says through its own logger, and what reaches the loop's exception handler: a client's
     connection counted, anything else one structured line; neither as asyncio's default traceback."""
