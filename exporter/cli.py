@@ -981,8 +981,8 @@ def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
     at exit is stuck), kill the tools' process groups, close ``listeners``, log which threads remain and leave with
     ``os._exit(0)``.
 
-    Normally it never fires: collect runs and abandoned reads are daemon threads, APScheduler's executor threads
-    are idle (its jobs only dispatch), and nothing else waits. A read in uninterruptible sleep (D state) cannot
+    Normally it never fires: collect runs and abandoned reads are daemon threads, APScheduler's jobs only
+    dispatch (in its own thread), and nothing else waits. A read in uninterruptible sleep (D state) cannot
     be ended at all: its daemon thread stays in the kernel, and the kernel reaps the process only when that read
     returns, but everything else (tools, listening sockets, other threads) is gone by then.
     """
