@@ -412,13 +412,19 @@ class HttpServer:
             self._logged[kind] = (now, count)
             self._log(kind, count, count - 1 - (last[1] if last is not None else 0), detail)
 
-    def _flush_log(self, force: bool = False) -> None:
+    def _flush_log(self, force: bool = False) -> bool:
+        """Say the faults not logged yet of each kind whose minute is over (every kind: ``force``); whether some
+        are left to say."""
         now = time.monotonic()
+        left = False
         for kind, (at, logged) in list(self._logged.items()):
             count = self.counters.events_of(kind)
             if count > logged and (force or now - at >= LOG_EVERY_SECONDS):
                 self._logged[kind] = (now, count)
                 self._log(kind, count, count - logged, {})
+            elif count > logged:
+                left = True
+        return left
 
     @staticmethod
     def _log(kind: str, total: int, not_logged: int, detail: Mapping[str, object]) -> None:
@@ -432,11 +438,10 @@ class HttpServer:
         while True:
             await self._untidy.wait()
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
-            self._flush_log()
+            unlogged = self._flush_log()
             now = asyncio.get_running_loop().time()
             for client in [c for c in self._auth_buckets if self._auth_level(c, now) <= 0]:
                 del self._auth_buckets[client]
-            unlogged = any(self.counters.events_of(kind) > logged for kind, (_, logged) in self._logged.items())
             if not unlogged and not self._auth_buckets:
                 self._untidy.clear()
 
@@ -531,7 +536,7 @@ class HttpServer:
         """Until a connection closes (or ``timeout``)."""
         self._freed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._freed.wait(), timeout)
+            await _within(self._freed.wait(), timeout)
 
     @staticmethod
     def _rank(conn: _Conn, now: float) -> int | None:
@@ -626,7 +631,7 @@ class HttpServer:
                     self._drop("bad_request", conn.client, detail=bad.kind, status=bad.status)
                     response = Response(bad.status, HTTPStatus(bad.status).phrase.encode() + b"\n")
                     self._set(conn, _State.WRITE)
-                    await asyncio.wait_for(self._write(writer, None, response, False), limits.write_timeout_seconds)
+                    await _within(self._write(writer, None, response, False), limits.write_timeout_seconds)
                     clean = True
                     return
                 response = await self._respond(request)
@@ -658,7 +663,7 @@ class HttpServer:
                 with contextlib.suppress(Exception):
                     self._set(conn, _State.WRITE)
                     response = Response(431, b"Request Header Fields Too Large\n")
-                    await asyncio.wait_for(self._write(writer, None, response, False), 1.0)
+                    await _within(self._write(writer, None, response, False), 1.0)
         except asyncio.CancelledError:
             pass  # displaced by a newcomer (counted there) or the server stopping
         except OSError as exc:  # ssl.SSLError too; a handshake past its deadline is a ConnectionAbortedError
