@@ -254,7 +254,10 @@ def _access_problems(
     for n in needed:
         gids = [g for g in n.grant_gids if g != 0]  # joining root's group is never the fix
         cannot = Consequence(
-            "cannot_open", n.path, "critical", "this process cannot open it read-write (fixed with its cause, not a group)"
+            "cannot_open",
+            n.path,
+            "critical",
+            "this process cannot open it read-write (fixed with its cause, not a group)",
         )
         if n.path in root_of and n.grant_gids:
             folded.setdefault(root_of[n.path], []).append(cannot)
@@ -368,7 +371,9 @@ def build_report(
     kfd_renders = {f"/dev/dri/renderD{k.render_minor}" for k in sysfs.kfd_nodes if k.render_minor is not None}
     renders = [n for n in devices.nodes if n.kind == "render" and n.exists and n.path in kfd_renders]
     if sysfs.gpus and kfd_missing is None and not sysfs.kfd_nodes:
-        kfd_missing = problem("kfd_lists_no_gpu", "/dev/kfd", "KFD lists no GPU: the amdgpu driver did not register compute")
+        kfd_missing = problem(
+            "kfd_lists_no_gpu", "/dev/kfd", "KFD lists no GPU: the amdgpu driver did not register compute"
+        )
     elif sysfs.gpus and kfd_renders and not renders:
         wanted = sorted(kfd_renders, key=lambda p: (len(p), p))
         given = [p for p in wanted if p in on_host]

@@ -125,8 +125,10 @@ PREFLIGHT_KINDS: MappingProxyType[str, PreflightKind] = MappingProxyType(
         ),
         "open_timeout": PreflightKind(
             "critical",
-            (f"the driver holds open() (a GPU reset, a hung GPU): check {_DMESG}; a GPU that never answers needs a "
-             "reset or a reboot",),
+            (
+                f"the driver holds open() (a GPU reset, a hung GPU): check {_DMESG}; a GPU that never answers needs a "
+                "reset or a reboot",
+            ),
             probe=True,
             what="open() did not return within the per-read deadline",
         ),
