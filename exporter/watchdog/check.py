@@ -43,11 +43,12 @@ from exporter.model.devices import (
     StateFileProblem,
 )
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.probe import ProbeReport
 from exporter.sources import SourceError
+from exporter.sources.probe import Prober
 from exporter.watchdog.baseline import BaselineStore
 from exporter.watchdog.commands import read_current
-from exporter.model.probe import ProbeReport
-from exporter.sources.probe import Prober
+from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, evaluate, hip_indices
 from exporter.watchdog.preflight import (
     Consequence,
     Problem,
@@ -57,7 +58,6 @@ from exporter.watchdog.preflight import (
     sort_problems,
 )
 from exporter.watchdog.probe_verdict import judge, kernel_cell
-from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, evaluate, hip_indices
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -227,8 +227,10 @@ def compute_nodes(sysfs: SysfsSnapshot, devices: DevicesSnapshot) -> list[Device
 
 # The drift conditions that say a node's group (or mode, or owner) is wrong: a process that cannot open it is a
 # consequence of that cause, fixed by the udev rule, never by joining the wrong group (gid 0...).
-_NODE_WRONG = ("gid_drift", "group_not_render_or_video", "gid_has_no_name", "group_inconsistent", "mode_drift")
-_NODE_WRONG += ("uid_drift", "mode_inconsistent", "acl_drift")
+_NODE_WRONG = frozenset(
+    {"gid_drift", "group_not_render_or_video", "gid_has_no_name", "group_inconsistent", "mode_drift"}
+    | {"uid_drift", "mode_inconsistent", "acl_drift"}
+)
 
 
 def _group_label(devices: DevicesSnapshot, gid: int) -> str:
@@ -358,8 +360,8 @@ def build_report(
                 problem(
                     "kfd_absent",
                     "/dev/kfd",
-                    f"/dev/kfd is absent though the host's KFD is registered ({major}:{minor} in sysfs): in a container "
-                    "pass --device /dev/kfd; on a host udev did not create it (`udevadm trigger`)",
+                    f"/dev/kfd is absent though the host's KFD is registered ({major}:{minor} in sysfs): in a "
+                    "container pass --device /dev/kfd; on a host udev did not create it (`udevadm trigger`)",
                 )
             )
         elif sysfs.gpus:

@@ -83,7 +83,8 @@ PREFLIGHT_KINDS: MappingProxyType[str, PreflightKind] = MappingProxyType(
             (
                 "Kubernetes: request the GPUs from the AMD GPU device plugin (`resources.limits: amd.com/gpu: N`) "
                 "instead of hostPath volumes of /dev/kfd and /dev/dri",
-                "Docker: `--device /dev/kfd --device /dev/dri` (or --device per render node), not `-v /dev/kfd:/dev/kfd`",
+                "Docker: `--device /dev/kfd --device /dev/dri` (or --device per render node), not "
+                "`-v /dev/kfd:/dev/kfd`",
             ),
             probe=True,
             what="EPERM: the device cgroup does not allow the node (the runtime was not given it as a device)",

@@ -153,9 +153,9 @@ def judge(nodes: Sequence[DeviceNode], report: ProbeReport) -> tuple[dict[str, s
         elif kind == "security_module":
             m = mount_of(mounts, probes[first].opened_path)
             label = report.security_label or "unknown (no /proc/self/attr/current)"
-            on = f"{m.mount_point} is not nodev" if m is not None else "its mount is not nodev"
+            where = f"{m.mount_point} is not nodev" if m is not None else "its mount is not nodev"
             message = (
-                f"a security module refuses {count} the modes and groups allow (open: EACCES; {on})"
+                f"a security module refuses {count} the modes and groups allow (open: EACCES; {where})"
                 + (f": {paths}" if len(group) > 1 else "")
                 + f"; this process's security label: {label}"
             )
