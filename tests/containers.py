@@ -12,6 +12,7 @@ import errno
 import os
 import secrets
 import stat
+import subprocess
 import sys
 import sysconfig
 import time
@@ -120,3 +121,33 @@ def checkout_open_to_others() -> Iterator[None]:
     finally:
         for directory, mode in reversed(opened):
             os.chmod(directory, mode)
+
+
+@contextlib.contextmanager
+def nodev_devfs(dev: Path) -> Iterator[Path]:
+    """``dev`` (a fake root's /dev) on a tmpfs mounted ``nodev``, as a container given its own /dev that way
+    has it: the same directories, links and nodes, recreated on the mount; unmounted at the end."""
+    built = dev.with_name(dev.name + ".built")
+    dev.rename(built)
+    dev.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "nodev,mode=755", "tmpfs", str(dev)], check=True, timeout=30)
+    try:
+        for top, dirs, files in os.walk(built):
+            dest = dev / Path(top).relative_to(built)
+            for d in dirs:
+                (dest / d).mkdir()
+                os.chmod(dest / d, stat.S_IMODE(os.stat(Path(top) / d).st_mode))
+            for f in files:
+                src = Path(top) / f
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), dest / f)
+                else:
+                    os.mknod(dest / f, st.st_mode, st.st_rdev)
+                    os.chown(dest / f, st.st_uid, st.st_gid)
+                    os.chmod(dest / f, stat.S_IMODE(st.st_mode))
+        yield dev
+    finally:
+        subprocess.run(["umount", str(dev)], check=True, timeout=30)
+        dev.rmdir()
+        built.rename(dev)

@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import shutil
-import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from containers import (
     checkout_open_to_others,
     devices_controller_missing,
     interpreter,
+    nodev_devfs,
 )
 from fakeroot import FakeRoot, two_gpu_root
 
@@ -200,28 +200,8 @@ def test_a_devices_deny_of_an_openable_node(open_tmp: Path, exporter_argv: tuple
 def nodev_dev(open_tmp: Path) -> Iterator[FakeRoot]:
     """The fake root's /dev on a tmpfs mounted nodev: the same nodes, recreated on it."""
     root = two_gpu_root(open_tmp, devs=OPENS)
-    built = root.root / "dev.built"
-    root.dev.rename(built)
-    root.dev.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "nodev,mode=755", "tmpfs", str(root.dev)], check=True, timeout=30)
-    try:
-        for top, dirs, files in os.walk(built):
-            dest = root.dev / Path(top).relative_to(built)
-            for d in dirs:
-                (dest / d).mkdir()
-                os.chmod(dest / d, stat.S_IMODE(os.stat(Path(top) / d).st_mode))
-            for f in files:
-                src = Path(top) / f
-                st = os.lstat(src)
-                if stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(src), dest / f)
-                else:
-                    os.mknod(dest / f, st.st_mode, st.st_rdev)
-                    os.chown(dest / f, st.st_uid, st.st_gid)
-                    os.chmod(dest / f, stat.S_IMODE(st.st_mode))
+    with nodev_devfs(root.dev):
         yield root
-    finally:
-        subprocess.run(["umount", str(root.dev)], check=True, timeout=30)
 
 
 @needs_root

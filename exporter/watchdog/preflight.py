@@ -77,6 +77,12 @@ PREFLIGHT_KINDS: MappingProxyType[str, PreflightKind] = MappingProxyType(
             ("run as root, or fix " + _UDEV_RULE,),
             what="no group could open the node (e.g. crw------- root root)",
         ),
+        "cannot_open": PreflightKind(
+            "critical",
+            (),
+            what="(a consequence only) this process cannot open the node because of the cause it is folded under "
+            "(a wrong group is fixed by the udev rule, not by joining that group)",
+        ),
         # the kernel's answer (the probe), where the modes and groups allow
         "device_cgroup": PreflightKind(
             "critical",
