@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.probe import ProbeReport
 
 NodeKind = Literal["kfd", "card", "render"]
 Severity = Literal["info", "warning", "critical"]
@@ -234,6 +235,7 @@ class DeviceWatchState(msgspec.Struct, frozen=True):
     # drift against a baseline was evaluated; False while there is none to use (none yet, unreadable, corrupt)
     drift_evaluated: bool = True
     state_files: tuple[StateFileStatus, ...] = ()  # every state file this source keeps, for the metrics
+    probe: ProbeReport | None = None  # the kernel's answers to opening the compute nodes (--devices.probe only)
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)

@@ -46,6 +46,7 @@ from exporter.model.devices import (
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.sources.probe import Prober
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
     BASELINE_ACTIONS,
@@ -57,6 +58,7 @@ from exporter.watchdog.baseline import (
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+from exporter.watchdog.probe_verdict import compute_nodes
 
 if TYPE_CHECKING:
     from exporter.sources.sysfs import FixedValues
@@ -400,6 +402,8 @@ class DevicesSource:
         self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
         # what the identity files said (exporter.sources.sysfs.FixedValues), kept while their directories exist
         self._fixed: FixedValues | None = None
+        # --devices.probe: open /dev/kfd and the render nodes KFD lists every collection (exporter.sources.probe)
+        self._prober = Prober() if config.devices_probe and creds is None else None
 
     def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
         try:
@@ -518,6 +522,11 @@ class DevicesSource:
 
         sysfs = read_sysfs(self._config.sysfs, with_state=False, fixed=self._fixed)
         devices = read_devices(self._config, sysfs, self._creds)
+        probe = None
+        if self._prober is not None:
+            devfs = self._config.devfs
+            targets = {n.path: devfs / n.path.removeprefix("/dev/") for n in compute_nodes(sysfs, devices)}
+            probe = self._prober.probe(targets)
         now = self._clock()
         baseline, problem = self._load()
         created = False
@@ -557,6 +566,7 @@ class DevicesSource:
             baseline_unreadable=problem if problem is not None and problem.state == "unreadable" else None,
             drift_evaluated=baseline is not None,
             state_files=tuple(files),
+            probe=probe,
         )
 
     def _auto_accept(

@@ -57,7 +57,7 @@ from exporter.watchdog.preflight import (
     problem,
     sort_problems,
 )
-from exporter.watchdog.probe_verdict import judge, kernel_cell
+from exporter.watchdog.probe_verdict import compute_nodes, judge, kernel_cell
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -213,16 +213,6 @@ def _condition_json(c: Condition) -> dict[str, Any]:
         "message": c.message,
         "details": dict(c.details),
     }
-
-
-def compute_nodes(sysfs: SysfsSnapshot, devices: DevicesSnapshot) -> list[DeviceNode]:
-    """The nodes a compute process opens and that are here as character devices: /dev/kfd and the render nodes
-    KFD lists (never the card nodes, whose opener can become DRM master). What the probe opens."""
-    kfd_renders = {f"/dev/dri/renderD{k.render_minor}" for k in sysfs.kfd_nodes if k.render_minor is not None}
-    kfd = devices.node("/dev/kfd")
-    out = [kfd] if kfd is not None and kfd.exists and kfd.is_char else []
-    out += [n for n in devices.nodes if n.kind == "render" and n.exists and n.is_char and n.path in kfd_renders]
-    return out
 
 
 # The drift conditions that say a node's group (or mode, or owner) is wrong: a process that cannot open it is a

@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 from collections.abc import Sequence
 
-from exporter.model.devices import DeviceNode
+from exporter.model.devices import DeviceNode, DevicesSnapshot
+from exporter.model.gpu import SysfsSnapshot
 from exporter.model.probe import NodeProbe, ProbeReport
 from exporter.parsers.selfproc import (
     Mount,
@@ -34,6 +35,16 @@ from exporter.watchdog.preflight import Consequence, Problem, problem
 OPENED = "opened"  # the kernel opened it, as computed
 CONFIRMED = "confirmed"  # the kernel refused it, as computed
 _NO_DRIVER = {errno.ENXIO, errno.ENODEV}
+
+
+def compute_nodes(sysfs: SysfsSnapshot, devices: DevicesSnapshot) -> list[DeviceNode]:
+    """The nodes a compute process opens and that are here as character devices: /dev/kfd and the render nodes
+    KFD lists (never the card nodes, whose opener can become DRM master). What the probe opens."""
+    kfd_renders = {f"/dev/dri/renderD{k.render_minor}" for k in sysfs.kfd_nodes if k.render_minor is not None}
+    kfd = devices.node("/dev/kfd")
+    out = [kfd] if kfd is not None and kfd.exists and kfd.is_char else []
+    out += [n for n in devices.nodes if n.kind == "render" and n.exists and n.is_char and n.path in kfd_renders]
+    return out
 
 
 def node_verdict(node: DeviceNode, probe: NodeProbe, mounts: Sequence[Mount]) -> str:
