@@ -115,7 +115,6 @@ def tool_process_gpus(reports: Sequence[SmiReport]) -> dict[int, tuple[ProcessGp
     return merged
 
 
-
 def _own_pid(procfs: Path) -> int:
     """This process's pid as the host's procfs numbers it (KFD names its processes by those): ``<procfs>/self``
     resolves in the pid namespace of that procfs, which is the host's when --path.procfs is the host's /proc."""
@@ -123,6 +122,7 @@ def _own_pid(procfs: Path) -> int:
         return int(os.readlink(procfs / "self"))
     except (OSError, ValueError):
         return os.getpid()
+
 
 class ProcessesSource:
     name = "processes"
