@@ -272,6 +272,13 @@ def test_each_answer_has_its_verdict(code: int | None, opened: str, accessible: 
     assert verdict in ("opened", "confirmed") or verdict in PREFLIGHT_KINDS
 
 
+def test_an_open_past_the_deadline_is_the_drivers() -> None:
+    report = ProbeReport((NodeProbe("/dev/kfd", "/dev/kfd", "timeout", seconds=2.0),), 2.0)
+    verdicts, problems = judge([KFD], report)
+    assert verdicts == {"/dev/kfd": "open_timeout"}
+    assert problems[0].message.startswith("opening /dev/kfd did not return within 2s")
+
+
 def test_a_security_module_is_named_with_the_label() -> None:
     report = ProbeReport((probe_of(errno.EACCES),), 2.0, mountinfo=MOUNTS, security_label="docker-default (enforce)")
     verdicts, problems = judge([KFD], report)

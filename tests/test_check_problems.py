@@ -17,8 +17,8 @@ from fakeroot import FakeOther, FakeRoot, build_root, capture_gpus, two_gpu_root
 
 from exporter.model.devices import ProcessCreds
 from exporter.sources.devices import DevicesSource
-from exporter.watchdog.check import run_check
-from exporter.watchdog.preflight import PREFLIGHT_KINDS, known_kind
+from exporter.watchdog.check import HOST_CHECKS, run_check
+from exporter.watchdog.preflight import PREFLIGHT_KINDS, Problem, known_kind, problem
 
 T0 = 1_700_000_000.0
 USER = ProcessCreds(1000, 1000, (1000, 109))
@@ -127,3 +127,32 @@ def test_every_kind_check_reports_is_in_a_table_and_documented(tmp_path: Path) -
     for kind, spec in PREFLIGHT_KINDS.items():
         assert f"`{kind}`" in doc, f"docs/check.md does not list the preflight kind {kind}"
         assert spec.what, kind
+
+
+class _ShmCheck:
+    """A host check as another module would plug one in: a problem of a table kind, or an OSError."""
+
+    name = "shm"
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+
+    def __call__(self, config: object, sysfs: object, devices: object, environ: object) -> list[Problem]:
+        if self.fail:
+            raise PermissionError(13, "Permission denied")
+        return [problem("no_gpu", "/dev/shm", "a host check's problem")]
+
+
+def test_a_host_check_plugs_in_as_one_more_problem(tmp_path: Path) -> None:
+    root = two_gpu_root(tmp_path)
+    for fail in (False, True):
+        HOST_CHECKS.append(_ShmCheck(fail))
+        try:
+            code, text, report = check(root, USER)
+        finally:
+            HOST_CHECKS.pop()
+        if fail:
+            assert code == 0 and "shm: not checked (Permission denied)" in report["notes"]
+        else:
+            assert code == 1 and top_lines(text) == ["  - a host check's problem"]
+            assert report["causes"][0]["subject"] == "/dev/shm"

@@ -1,8 +1,10 @@
 """Device nodes under devfs: ``/dev/kfd``, ``/dev/dri/card*``, ``/dev/dri/renderD*`` and their by-path links.
 
-Nothing here opens a device node: opening ``/dev/kfd`` creates a KFD process on the GPU. Whether this
-process could open a node read-write is decided from its mode, owner, group and POSIX ACL against the
-process's credentials. Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
+Nothing here opens a device node unless ``--devices.probe`` asks (``exporter.sources.probe``): opening
+``/dev/kfd`` creates a KFD process on the GPU for as long as it is open, and opening a node of a
+runtime-suspended GPU wakes it. Whether this process could open a node read-write (``accessible``) is decided
+from its mode, owner, group and POSIX ACL against the process's credentials, with or without the probe.
+Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
 ``--path.rootfs``, never from this process's NSS (inside a container the image's groups are not the host's).
 
 ``DevicesSource`` at the end is the scheduled source: sysfs identity + nodes + baseline + drift.

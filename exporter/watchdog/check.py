@@ -1,26 +1,35 @@
 """``rocm-watchdog check``: the preflight for a host or a container (docs/check.md).
 
-It reads sysfs and the device nodes (never opening one), the baseline if ``--state.dir`` holds one (never
-writing it), and the GPU selection in the environment, and reports:
+It reads sysfs and the device nodes, the baseline if ``--state.dir`` holds one (never writing it), and the GPU
+selection in the environment; then it asks the kernel, opening ``/dev/kfd`` and the render nodes KFD lists
+(``exporter.sources.probe``; ``--no-probe`` does not, nor does a check judged for other credentials), and
+reports:
 
 - one table row per device node: present, absent or gone (a node of the baseline the host no longer has), its
-  mode, owner and numbers, and three separate verdicts: **can open** (this process, read-write), **policy**
-  (the node's mode/owner/group against the rules: a world-writable ``/dev/kfd`` opens fine and still breaks
-  one) and **baseline** (same, changed, new, or what a gone node was);
-- whether this process can open them read-write, and if not the numeric gids that would let it
-  (``--group-add 109``, ``supplementalGroups: [109]``): names are useless, an image's ``render`` group is
-  rarely the host's;
+  mode, owner and numbers, and separate verdicts: **can open** (computed for this process, read-write), the
+  **kernel**'s answer to the open (when it was asked), **policy** (the node's mode/owner/group against the
+  rules: a world-writable ``/dev/kfd`` opens fine and still breaks one) and **baseline** (same, changed, new,
+  or what a gone node was);
+- whether this process can open them read-write, and if not why: the groups it lacks, by number and name
+  (``--group-add 109``, ``supplementalGroups: [109]``, ``usermod -aG render USER``: an image's ``render`` group
+  is rarely the host's, so the numbers are what a container needs), or what the kernel refused
+  (``exporter.watchdog.probe_verdict``: the device cgroup, a nodev mount, a security module, no driver);
 - drift since the baseline and broken rules (the conditions of ``exporter.watchdog.drift``);
 - which GPUs ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` select, as PCI addresses, and whether a
   pinned index now points at another GPU than in the baseline.
 
+Everything wrong is a ``Problem`` (``exporter.watchdog.preflight``): one per cause, with its fixes and the
+consequences folded under it; its kind is in a table. Checks of other host settings plug in through
+``HOST_CHECKS`` below.
+
 Exit 0: nothing wrong. 1: problems found (each listed). 2: could not check (sysfs unreadable).
-``info`` conditions (a world-writable node, KFD render nodes absent from a container given a subset) are
-notes, not problems.
+``info`` kinds (a world-writable node, KFD render nodes absent from a container given a subset) are notes, not
+problems.
 
 Advice follows from what is seen, never against it: "pass --device" only when the host has the node and this
 /dev lacks it; a KFD that lists no GPU is a driver problem on the host (no device flag can fix it), and the
-GPUs' "render node without a KFD node" conditions are folded under it as its consequences.
+GPUs' "render node without a KFD node" conditions are folded under it as its consequences; a node whose group is
+wrong is fixed by the udev rule, never by joining its group (gid 0 is never advised).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from exporter.config import Config
 from exporter.model.devices import (
@@ -301,6 +310,34 @@ def _access_problems(
     return chosen, [n.path for n in unfixable]
 
 
+class HostCheck(Protocol):
+    """A preflight check of a host setting (udev rules, /dev/shm, HSA overrides...): it reads what it needs (in a
+    source module: no I/O in the judging) and returns problems built with ``preflight.problem`` of kinds in
+    ``PREFLIGHT_KINDS``. An OSError it raises becomes a note that it could not run; it never fails the check."""
+
+    name: str
+
+    def __call__(
+        self, config: Config, sysfs: SysfsSnapshot, devices: DevicesSnapshot, environ: Mapping[str, str]
+    ) -> Sequence[Problem]: ...
+
+
+HOST_CHECKS: list[HostCheck] = []  # run by run_check in order; modules append theirs at import
+
+
+def _host_problems(
+    config: Config, sysfs: SysfsSnapshot, devices: DevicesSnapshot, environ: Mapping[str, str]
+) -> tuple[list[Problem], list[str]]:
+    found: list[Problem] = []
+    notes: list[str] = []
+    for host_check in HOST_CHECKS:
+        try:
+            found.extend(host_check(config, sysfs, devices, environ))
+        except OSError as e:
+            notes.append(f"{host_check.name}: not checked ({e.strerror or e})")
+    return found, notes
+
+
 def _probe_json(report: ProbeReport | None, why_not: str | None) -> dict[str, Any]:
     return {
         "ran": report is not None,
@@ -323,11 +360,13 @@ def build_report(
     now: float,
     probe: ProbeReport | None = None,
     probe_not_run: str | None = None,
+    extra: Sequence[Problem] = (),
+    extra_notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The whole check as a JSON-able dict; ``exit_code`` says 0 or 1. Pure. ``probe``: the kernel's answers when
-    the nodes were opened; else ``probe_not_run`` says why not."""
+    the nodes were opened; else ``probe_not_run`` says why not. ``extra``: the problems of ``HOST_CHECKS``."""
     problems: list[Problem] = []
-    notes: list[str] = list(devices.warnings)
+    notes: list[str] = [*devices.warnings, *extra_notes]
     hip = hip_indices(sysfs)
     on_host = sysfs_nodes(sysfs)
     if not sysfs.gpus:
@@ -416,6 +455,8 @@ def build_report(
     if probe is not None:
         verdicts, refused = judge(compute, probe)
         problems.extend(refused)
+
+    problems.extend(extra)
 
     if baseline_problem is not None and baseline_problem.state == "unreadable":
         problems.append(
@@ -706,8 +747,19 @@ def run_check(
     else:
         targets = {n.path: config.devfs / n.path.removeprefix("/dev/") for n in compute_nodes(sysfs, devices)}
         answers = (prober or Prober()).probe(targets)
+    extra, extra_notes = _host_problems(config, sysfs, devices, environ)
     report = build_report(
-        sysfs, devices, baseline, state_problem, str(store.path), environ, time.time(), answers, not_run
+        sysfs,
+        devices,
+        baseline,
+        state_problem,
+        str(store.path),
+        environ,
+        time.time(),
+        answers,
+        not_run,
+        extra,
+        extra_notes,
     )
     print(json.dumps(report, indent=2) if as_json else render_text(report, verbose))
     return int(report["exit_code"])
