@@ -47,7 +47,7 @@ class DeviceNode(msgspec.Struct, frozen=True):
     group: str | None = None  # from the host's etc/group; None when the gid has no name there
     acl: tuple[AclEntry, ...] | None = None  # the access ACL; () when the node has none; None: could not read
     sysfs_dev: tuple[int, int] | None = None  # what sysfs says the node's major:minor is
-    accessible: bool | None = None  # this process can open it read-write (decided without opening it)
+    accessible: bool | None = None  # this process can open it read-write, computed from the bits (not opened)
     grant_gids: tuple[int, ...] = ()  # gids of which any one would let this process open it read-write
     error: str | None = None  # why stat failed, for a node that exists but could not be read
 
