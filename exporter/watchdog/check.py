@@ -243,7 +243,14 @@ def _access_problems(
     """The nodes this process cannot open (as computed): each folded under the drift problem that made its group or
     mode wrong, the rest one problem per reason. Returns the gids to add and the nodes no group can open."""
     root_of: dict[str, int] = {}  # node path -> index in problems of the cause that made it wrong
+    renumbered: dict[int, int] = {}  # a host group's new gid -> index of its group_gid_drift problem
     for i, p in enumerate(problems):
+        if p.kind == "group_gid_drift":
+            # the nodes followed the host's group to its new gid: right, and it is the process that lacks it
+            now = dict(p.details).get("now", "")
+            if now.isdigit():
+                renumbered[int(now)] = i
+            continue
         for kind, subject in [(p.kind, p.subject), *((c.kind, c.subject) for c in p.consequences)]:
             if kind in _NODE_WRONG:
                 root_of.setdefault(subject, i)
@@ -258,7 +265,7 @@ def _access_problems(
             "cannot_open",
             n.path,
             "critical",
-            "this process cannot open it read-write (fixed with its cause, not a group)",
+            "this process cannot open it read-write (fixed with its cause: not by joining the node's group)",
         )
         if n.path in root_of and n.grant_gids:
             folded.setdefault(root_of[n.path], []).append(cannot)
@@ -285,17 +292,23 @@ def _access_problems(
         )
         names = ",".join(dict(devices.gid_names).get(g) or str(g) for g in chosen)
         count = f"{len(grantable)} nodes it needs" if len(grantable) > 1 else "a node it needs"
-        problems.append(
-            problem(
-                "not_in_gpu_group",
-                grantable[0].path,
-                f"{who} is in none of the groups of {count} read-write: {have}",
-                docker=" ".join(f"--group-add {g}" for g in chosen) + " ...",
-                gid_list=", ".join(map(str, chosen)),
-                names=names,
-                gids=",".join(map(str, chosen)),
-            )
+        lacking = problem(
+            "not_in_gpu_group",
+            grantable[0].path,
+            f"{who} is in none of the groups of {count} read-write: {have}",
+            docker=" ".join(f"--group-add {g}" for g in chosen) + " ...",
+            gid_list=", ".join(map(str, chosen)),
+            names=names,
+            gids=",".join(map(str, chosen)),
         )
+        causes = {renumbered[g] for g in chosen if g in renumbered}
+        if len(causes) == 1 and all(g in renumbered for g in chosen):
+            # the host group's new gid, which its problem's fix already gives: one cause, said once
+            (i,) = causes
+            folded_in = Consequence(lacking.kind, lacking.subject, lacking.severity, lacking.message)
+            problems[i] = problems[i].with_consequences([folded_in])
+        else:
+            problems.append(lacking)
     for n in unfixable:
         owner = f"{n.owner or n.uid}:{n.group or n.gid}"
         mode = "?" if n.mode is None else f"{n.mode:04o}"
