@@ -111,7 +111,7 @@ def test_the_kernel_opens_what_the_modes_allow(open_tmp: Path, exporter_argv: tu
     root = two_gpu_root(open_tmp, devs=OPENS)
     code, text = run_check_child(exporter_argv, root, pod_priv())
     assert code == 0, text
-    assert "kernel: asked (opened 3 node(s) read-write" in text
+    assert "kernel: asked (open() read-write of 3 node(s) as this process" in text
     table = rows(text)
     # path: mode, owner, device, can open, kernel, policy, baseline
     assert table["/dev/kfd"][2:5] == ["1:3", "yes", "opened"]

@@ -620,7 +620,7 @@ def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
     if probe["ran"]:
         asked = [n["path"] for n in report["nodes"] if n.get("kernel")]
         lines.append(
-            f"kernel: asked (opened {len(asked)} node(s) read-write as this process, each closed at once; the "
+            f"kernel: asked (open() read-write of {len(asked)} node(s) as this process, each closed at once; the "
             "kernel column is its answer)"
         )
         lines.append(
