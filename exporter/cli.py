@@ -335,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
     _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
-    check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
+    check = sub.add_parser(
+        "check", help="preflight: device nodes, groups, the kernel's answer, drift; exit 0 ok, 1 problems, 2 error"
+    )
     _add_config_flags(check, frozenset({"check"}))
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
     check.add_argument(
