@@ -310,3 +310,12 @@ def test_the_self_files_parse() -> None:
     assert allows_rw(rules, 226, 129) and allows_rw(rules, 1, 3)
     assert not allows_rw(rules, 510, 0) and not allows_rw(rules, 1, 5)
     assert allows_rw(parse_devices_list("a *:* rwm\n"), 510, 0)
+
+
+def test_the_probe_waits_the_per_read_deadline() -> None:
+    from exporter.sources.probe import PROBE_DEADLINE_SECONDS, PROBE_FLAGS
+    from exporter.sources.sysfs import GPU_READ_DEADLINE_SECONDS
+
+    assert PROBE_DEADLINE_SECONDS == GPU_READ_DEADLINE_SECONDS
+    assert PROBE_FLAGS & os.O_ACCMODE == os.O_RDWR
+    assert PROBE_FLAGS & os.O_NONBLOCK and PROBE_FLAGS & os.O_CLOEXEC
