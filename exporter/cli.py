@@ -110,7 +110,8 @@ def _telemetry_path(value: Any) -> str:
 _REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable-only"})
 _METAVARS = {"metrics.disable": "GROUP[,GROUP...]", "metrics.enable-only": "GROUP[,GROUP...]"}
 # flags without a value, as in node_exporter
-_SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics"})
+_SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics", "devices.probe"})
+_NEGATABLE = frozenset({"probe"})  # --probe / --no-probe
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", str),
     "web.config.file": ("web_config_file", _path),
@@ -141,6 +142,8 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     # command options, which a config file may set too
     "output": ("once_output", _path),
     "json": ("check_json", _flag),
+    "probe": ("check_probe", _flag),
+    "devices.probe": ("devices_probe", _flag),
     "log.level": ("log_level", str),
     "log.format": ("log_format", str),
 }
@@ -173,6 +176,12 @@ _HELP = {
     "alertmanager.label": "key=value label on every pushed alert (repeat the flag for several)",
     "alertmanager.resend-interval": "re-send active alerts this often [1m]",
     "alertmanager.timeout": "timeout of one push request [10s]",
+    "probe": "open /dev/kfd and the render nodes KFD lists (read-write, closed at once) to ask the kernel what the "
+    "device cgroup, the mount and the security modules allow; an open creates a KFD process while it lasts and "
+    "wakes a runtime-suspended GPU [on]",
+    "devices.probe": "open /dev/kfd and the render nodes KFD lists every devices interval to report what the kernel "
+    "answers (rocm_device_node_open_ok); each open creates a KFD process while it lasts (this one's pid is left out "
+    "of the process series) and wakes a runtime-suspended GPU [off]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
     "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
@@ -220,6 +229,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     ),
     "output": frozenset({"once"}),
     "json": frozenset({"check"}),
+    "probe": frozenset({"check"}),
+    "devices.probe": _COLLECT,
     "log.level": _STATE,
     "log.format": _STATE,
     "metrics.disable": _COLLECT,
@@ -287,7 +298,9 @@ def _add_config_flags(p: argparse.ArgumentParser, commands: frozenset[str]) -> N
     for flag, help_text in _HELP.items():
         if not _APPLIES[flag] & commands:
             continue
-        action = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
+        action: Any = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
+        if flag in _NEGATABLE:
+            action = argparse.BooleanOptionalAction
         extra: dict[str, Any] = {"metavar": _METAVARS[flag]} if flag in _METAVARS else {}
         p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text, **extra)
     for source in SOURCE_NAMES:
@@ -322,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
     _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
-    check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
+    check = sub.add_parser(
+        "check", help="preflight: device nodes, groups, the kernel's answer, drift; exit 0 ok, 1 problems, 2 error"
+    )
     _add_config_flags(check, frozenset({"check"}))
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
     check.add_argument(

@@ -66,6 +66,10 @@ class Config(msgspec.Struct, frozen=True):
     alertmanager_timeout_seconds: float = 10.0
     once_output: Path | None = None  # once --output: the textfile to write atomically
     check_json: bool = False  # check --json
+    # check --no-probe: do not open /dev/kfd and the render nodes to ask the kernel (exporter.sources.probe)
+    check_probe: bool = True
+    # serve/once --devices.probe: the devices source opens them too (a KFD process per open, a suspended GPU woken)
+    devices_probe: bool = False
 
     def enabled(self, source: str) -> bool:
         return self.collectors.get(source, False)

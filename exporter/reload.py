@@ -78,6 +78,8 @@ FLAG_OF = {
     "alertmanager_timeout_seconds": "alertmanager.timeout",
     "once_output": "output",
     "check_json": "json",
+    "check_probe": "probe",
+    "devices_probe": "devices.probe",
 }
 RESTART_ONLY = frozenset({"listen_address", "web_systemd_socket", "web_max_requests", "web_telemetry_path"})
 SOURCE_FIELDS = frozenset(
@@ -98,6 +100,7 @@ SOURCE_FIELDS = frozenset(
         "kubernetes_socket",
         "kubernetes_timeout_seconds",
         "baseline_auto_accept_boots",
+        "devices_probe",  # the devices source opens the nodes, the processes source leaves its own pid out
     }
 )
 PUSH_FIELDS = frozenset(

@@ -1,5 +1,6 @@
 """Every drift scenario on a fake root, end to end: detected by the source, shown in the metrics and in
-``check``, and (for drift against the baseline) cleared by ``baseline accept``."""
+``check``, and (for drift against the baseline) cleared by ``baseline accept``. ``check`` runs with the kernel probe
+off (``FakeRoot.config()``: the fake nodes have no driver here)."""
 
 from __future__ import annotations
 

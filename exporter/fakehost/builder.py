@@ -260,6 +260,12 @@ class FakeRoot:
     # what kernels before ~5.x also had: class/drm/<legacy_drm> (the "ttm" virtual device, "amdttm" with the
     # amdgpu-pro DKMS module) and, in each card's drm/ directory, the compatibility link controlD<64+N> -> card<N>
     legacy_drm: str | None = None
+    # node name ("kfd", "renderD128") -> the major:minor sysfs and /dev give it instead of the driver's: numbers
+    # with a driver on the machine the tests run on (1:3, /dev/null's), so that the kernel opens the node
+    devs: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def dev_of(self, name: str, major: int, minor: int) -> tuple[int, int]:
+        return self.devs.get(name, (major, minor))
 
     @property
     def sys(self) -> Path:
@@ -286,13 +292,16 @@ class FakeRoot:
         return self.proc / "sys" / "kernel" / "random" / "boot_id"
 
     def config(self, **overrides: object) -> Config:
-        """A Config pointing every host path into this root."""
+        """A Config pointing every host path into this root. ``check`` does not ask the kernel (``check_probe``
+        off): the fake nodes' numbers (510:0, 226:N) have no driver here, so every open would say ENXIO. A test of
+        the probe turns it on, on nodes the kernel can open (``devs``)."""
         kw: dict[str, object] = {
             "rootfs": self.root,
             "sysfs": self.sys,
             "devfs": self.dev,
             "procfs": self.proc,
             "state_dir": self.state_dir,
+            "check_probe": False,
         }
         kw.update(overrides)
         return Config(**kw)  # type: ignore[arg-type]
@@ -438,9 +447,11 @@ def build_root(
     kfd_generation_id: str = "2\n",
     kfd_system_properties: str | None = None,
     name: str = "root",
+    devs: dict[str, tuple[int, int]] | None = None,
 ) -> FakeRoot:
     """Build a fake root at ``tmp_path/name``. ``modes``/``groups`` are per node kind (card, render, kfd);
-    ``gids`` maps host group names to gids for etc/group (``group_file`` replaces it verbatim)."""
+    ``gids`` maps host group names to gids for etc/group (``group_file`` replaces it verbatim); ``devs`` gives
+    nodes other numbers (``{"kfd": (1, 3)}``: /dev/null's, which the kernel opens)."""
     root = FakeRoot(
         root=tmp_path / name,
         gpus=list(gpus),
@@ -454,6 +465,7 @@ def build_root(
         group_file=group_file,
         kfd_generation_id=kfd_generation_id,
         legacy_drm=legacy_drm,
+        devs=dict(devs or {}),
     )
     if kfd_system_properties is not None:
         root.kfd_system_properties = kfd_system_properties
@@ -570,12 +582,14 @@ def _drm_minor(root: FakeRoot, parent: Path, name: str, minor: int, connectors: 
     sys = root.sys
     d = parent / "drm" / name
     d.mkdir(parents=True)
-    _write(d / "dev", f"{DRM_MAJOR}:{minor}\n")
-    _write(d / "uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+    major, number = root.dev_of(name, DRM_MAJOR, minor)
+    _write(d / "dev", f"{major}:{number}\n")
+    _write(d / "uevent", f"MAJOR={major}\nMINOR={number}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
     _link(d / "device", parent)
     _link(d / "subsystem", sys / "class" / "drm")
     _link(sys / "class" / "drm" / name, d)
-    _link(sys / "dev" / "char" / f"{DRM_MAJOR}:{minor}", d)
+    if not os.path.lexists(sys / "dev" / "char" / f"{major}:{number}"):  # two nodes on one borrowed number
+        _link(sys / "dev" / "char" / f"{major}:{number}", d)
     for conn in connectors:
         c = d / f"{name}-{conn}"
         c.mkdir()
@@ -782,11 +796,13 @@ def _build_sys(root: FakeRoot) -> None:
     if root.kfd_major is not None:
         kfd = sys / "devices" / "virtual" / "kfd" / "kfd"
         kfd.mkdir(parents=True)
-        _write(kfd / "dev", f"{root.kfd_major}:0\n")
-        _write(kfd / "uevent", f"MAJOR={root.kfd_major}\nMINOR=0\nDEVNAME=kfd\n")
+        kfd_major, kfd_minor = root.dev_of("kfd", root.kfd_major, 0)
+        _write(kfd / "dev", f"{kfd_major}:{kfd_minor}\n")
+        _write(kfd / "uevent", f"MAJOR={kfd_major}\nMINOR={kfd_minor}\nDEVNAME=kfd\n")
         (sys / "class" / "kfd").mkdir(parents=True)
         _link(sys / "class" / "kfd" / "kfd", kfd)
-        _link(sys / "dev" / "char" / f"{root.kfd_major}:0", kfd)
+        if not os.path.lexists(sys / "dev" / "char" / f"{kfd_major}:{kfd_minor}"):
+            _link(sys / "dev" / "char" / f"{kfd_major}:{kfd_minor}", kfd)
         topo = kfd / "topology"
         _write(topo / "generation_id", root.kfd_generation_id)
         _write(topo / "system_properties", root.kfd_system_properties)
@@ -822,7 +838,7 @@ def _build_dev(root: FakeRoot) -> None:
     dri.mkdir(parents=True)
     os.chmod(dri, 0o755)
     if root.kfd_major is not None:
-        _mknod(root.dev / "kfd", root.kfd_major, 0, *_node_attrs(root, "kfd", "kfd"))
+        _mknod(root.dev / "kfd", *root.dev_of("kfd", root.kfd_major, 0), *_node_attrs(root, "kfd", "kfd"))
     by_path = dri / "by-path"
     # (by-path name prefix, card, render)
     devices: list[tuple[str, int | None, int | None]] = []
@@ -837,7 +853,7 @@ def _build_dev(root: FakeRoot) -> None:
             if number is None:
                 continue
             name = f"card{number}" if kind == "card" else f"renderD{number}"
-            _mknod(dri / name, DRM_MAJOR, number, *_node_attrs(root, f"dri/{name}", kind))
+            _mknod(dri / name, *root.dev_of(name, DRM_MAJOR, number), *_node_attrs(root, f"dri/{name}", kind))
             if root.by_path:
                 by_path.mkdir(exist_ok=True)
                 os.symlink(f"../{name}", by_path / f"{prefix}-{suffix}")

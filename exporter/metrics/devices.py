@@ -64,6 +64,13 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
             accessible.add_metric([node.path, owner(node.path)], _flag(node.accessible))
     yield accessible
 
+    if state.probe is not None:
+        opened = new_family(n.DEVICE_NODE_OPEN_OK)
+        for answer in state.probe.nodes:
+            error = "" if answer.status == "opened" else (answer.error or answer.status)
+            opened.add_metric([answer.path, error, owner(answer.path)], _flag(answer.status == "opened"))
+        yield opened
+
     drift = new_family(n.DEVICE_NODE_DRIFT)
     for bnode in baseline.nodes if baseline else ():
         for kind, attribute in (*NODE_DRIFT_ATTRIBUTES.items(), *NODE_DRIFT_EXTRA.items()):

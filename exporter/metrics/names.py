@@ -383,6 +383,13 @@ DEVICE_NODE_ACCESSIBLE = Spec(
     "1 when this process can open the node read-write" + CACHED,
     ("path", "pci_bus"),
 )
+DEVICE_NODE_OPEN_OK = Spec(
+    "rocm_device_node_open_ok",
+    "1 when this process opened the node read-write (the kernel's answer: device cgroup, nodev, security modules "
+    "and driver included); error: the errno name when it did not, or timeout. Only with --devices.probe, for "
+    "/dev/kfd and the render nodes KFD lists" + CACHED,
+    ("path", "error", "pci_bus"),
+)
 DEVICE_NODE_DRIFT = Spec(
     "rocm_device_node_drift",
     "1 when the attribute differs from the baseline" + CACHED,

@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.probe import ProbeReport
 
 NodeKind = Literal["kfd", "card", "render"]
 Severity = Literal["info", "warning", "critical"]
@@ -46,7 +47,7 @@ class DeviceNode(msgspec.Struct, frozen=True):
     group: str | None = None  # from the host's etc/group; None when the gid has no name there
     acl: tuple[AclEntry, ...] | None = None  # the access ACL; () when the node has none; None: could not read
     sysfs_dev: tuple[int, int] | None = None  # what sysfs says the node's major:minor is
-    accessible: bool | None = None  # this process can open it read-write (decided without opening it)
+    accessible: bool | None = None  # this process can open it read-write, computed from the bits (not opened)
     grant_gids: tuple[int, ...] = ()  # gids of which any one would let this process open it read-write
     error: str | None = None  # why stat failed, for a node that exists but could not be read
 
@@ -234,6 +235,7 @@ class DeviceWatchState(msgspec.Struct, frozen=True):
     # drift against a baseline was evaluated; False while there is none to use (none yet, unreadable, corrupt)
     drift_evaluated: bool = True
     state_files: tuple[StateFileStatus, ...] = ()  # every state file this source keeps, for the metrics
+    probe: ProbeReport | None = None  # the kernel's answers to opening the compute nodes (--devices.probe only)
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)

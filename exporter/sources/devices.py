@@ -1,8 +1,10 @@
 """Device nodes under devfs: ``/dev/kfd``, ``/dev/dri/card*``, ``/dev/dri/renderD*`` and their by-path links.
 
-Nothing here opens a device node: opening ``/dev/kfd`` creates a KFD process on the GPU. Whether this
-process could open a node read-write is decided from its mode, owner, group and POSIX ACL against the
-process's credentials. Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
+Nothing here opens a device node unless ``--devices.probe`` asks (``exporter.sources.probe``): opening
+``/dev/kfd`` creates a KFD process on the GPU for as long as it is open, and opening a node of a
+runtime-suspended GPU wakes it. Whether this process could open a node read-write (``accessible``) is decided
+from its mode, owner, group and POSIX ACL against the process's credentials, with or without the probe.
+Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
 ``--path.rootfs``, never from this process's NSS (inside a container the image's groups are not the host's).
 
 ``DevicesSource`` at the end is the scheduled source: sysfs identity + nodes + baseline + drift.
@@ -46,6 +48,7 @@ from exporter.model.devices import (
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.sources.probe import Prober
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
     BASELINE_ACTIONS,
@@ -57,6 +60,7 @@ from exporter.watchdog.baseline import (
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
 from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+from exporter.watchdog.probe_verdict import compute_nodes
 
 if TYPE_CHECKING:
     from exporter.sources.sysfs import FixedValues
@@ -400,6 +404,8 @@ class DevicesSource:
         self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
         # what the identity files said (exporter.sources.sysfs.FixedValues), kept while their directories exist
         self._fixed: FixedValues | None = None
+        # --devices.probe: open /dev/kfd and the render nodes KFD lists every collection (exporter.sources.probe)
+        self._prober = Prober() if config.devices_probe and creds is None else None
 
     def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
         try:
@@ -518,6 +524,11 @@ class DevicesSource:
 
         sysfs = read_sysfs(self._config.sysfs, with_state=False, fixed=self._fixed)
         devices = read_devices(self._config, sysfs, self._creds)
+        probe = None
+        if self._prober is not None:
+            devfs = self._config.devfs
+            targets = {n.path: devfs / n.path.removeprefix("/dev/") for n in compute_nodes(sysfs, devices)}
+            probe = self._prober.probe(targets)
         now = self._clock()
         baseline, problem = self._load()
         created = False
@@ -557,6 +568,7 @@ class DevicesSource:
             baseline_unreadable=problem if problem is not None and problem.state == "unreadable" else None,
             drift_evaluated=baseline is not None,
             state_files=tuple(files),
+            probe=probe,
         )
 
     def _auto_accept(

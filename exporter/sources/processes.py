@@ -115,6 +115,15 @@ def tool_process_gpus(reports: Sequence[SmiReport]) -> dict[int, tuple[ProcessGp
     return merged
 
 
+def _own_pid(procfs: Path) -> int:
+    """This process's pid as the host's procfs numbers it (KFD names its processes by those): ``<procfs>/self``
+    resolves in the pid namespace of that procfs, which is the host's when --path.procfs is the host's /proc."""
+    try:
+        return int(os.readlink(procfs / "self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 class ProcessesSource:
     name = "processes"
 
@@ -123,6 +132,8 @@ class ProcessesSource:
         self._procfs = config.procfs
         self._passwd = config.rootfs / "etc" / "passwd"
         self._smi_reports = smi_reports
+        # --devices.probe opens /dev/kfd every devices interval: a KFD process of the exporter's own, left out
+        self._own_pid = _own_pid(config.procfs) if config.devices_probe else None
 
     def collect(self) -> ProcessSnapshot:
         if not self._procfs.is_dir():
@@ -139,6 +150,8 @@ class ProcessesSource:
 
             psutil.PROCFS_PATH = str(self._procfs)
         for pid in sorted(set(kfd) | set(smi)):
+            if pid == self._own_pid:
+                continue
             per_gpu = kfd.get(pid, ())
             known = [vram for _, vram in per_gpu if vram is not None]
             kfd_vram = sum(known) if known else None

@@ -376,11 +376,17 @@ def _policy_checks(c: _Checks, devices: DevicesSnapshot) -> None:
     kfd = next((n for n in present if n.kind == "kfd"), None)
     if kfd is not None and kfd.gid is not None and renders:
         other = sorted({n.gid for n in renders if n.gid is not None and n.gid != kfd.gid})
+        counts = Counter(n.gid for n in renders)
+        have = ", ".join(
+            f"{n} of {len(renders)} gid {gid} ({_group_name(devices, gid)})"
+            for gid, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] or 0))
+        )
         c.add(
             "kfd_render_group_split",
             kfd.path,
             bool(other),
-            f"/dev/kfd has gid {kfd.gid} ({kfd.group}) but render nodes have gid {other}: a process needs both groups",
+            f"/dev/kfd has gid {kfd.gid} ({_group_name(devices, kfd.gid)}) but the render nodes have: {have}: a "
+            "process needs both groups",
             kfd_gid=kfd.gid,
             render_gids=",".join(map(str, other)),
         )
@@ -396,6 +402,11 @@ def _policy_checks(c: _Checks, devices: DevicesSnapshot) -> None:
                 shown = _mode(value) if attr == "mode" else value
                 usual = _mode(common) if attr == "mode" else common
                 c.add(rule, n.path, value != common, f"{n.path}: {attr} {shown} while other {kind} nodes have {usual}")
+
+
+def _group_name(devices: DevicesSnapshot, gid: int | None) -> str:
+    names = dict(devices.gid_names)
+    return names.get(gid, "no name") if gid is not None else "?"
 
 
 def _by_path_checks(c: _Checks, devices: DevicesSnapshot) -> None:
@@ -567,6 +578,33 @@ def _attribute_same_change(c: _Checks) -> None:
             f.message += f" (and the same on {f.details['nodes'].count(',')} more nodes)"
 
 
+# The rules a node breaks because its group is wrong: consequences of the change (gid_drift) or of the wrong group
+_NODE_GROUP_RULES = ("gid_drift", "group_not_render_or_video", "gid_has_no_name", "group_inconsistent")
+
+
+def _attribute_node_groups(c: _Checks, devices: DevicesSnapshot) -> None:
+    """One node's group changed (a ``chgrp``): one cause on that node, its gid drift when there is a baseline, else
+    the wrong group. The other group rules it breaks, and the /dev/kfd-render split it makes, are consequences."""
+    roots: dict[str, tuple[str, str]] = {}
+    for kind in _NODE_GROUP_RULES:
+        for (k, path), f in c.found.items():
+            if k == kind and f.active and path not in roots:
+                roots[path] = (k, path)
+    for path, root in roots.items():
+        for kind in _NODE_GROUP_RULES:
+            if kind != root[0]:
+                c.caused_by((kind, path), root)
+    split = ("kfd_render_group_split", KFD_PATH)
+    if not c.active(split):
+        return
+    odd = {g for g in c.found[split].details.get("render_gids", "").split(",") if g}
+    for path, root in sorted(roots.items(), key=lambda kv: kv[0] != KFD_PATH):
+        node = devices.node(path)
+        if path == KFD_PATH or (node is not None and str(node.gid) in odd):
+            c.caused_by(split, root)
+            return
+
+
 def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
     """Follow a cause to its root (a partition's missing GPU -> the partition change)."""
     seen: set[tuple[str, str]] = set()
@@ -657,6 +695,7 @@ def evaluate(
         _attribute_groups(c, devices, baseline)
         _attribute_renumbering(c)
     _attribute_same_change(c)
+    _attribute_node_groups(c, devices)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
 
 
