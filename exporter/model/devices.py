@@ -72,6 +72,19 @@ class ProcessCreds(msgspec.Struct, frozen=True):
     groups: tuple[int, ...]  # supplementary groups (os.getgroups())
 
 
+class KfdProcess(msgspec.Struct, frozen=True):
+    """A process KFD lists (``class/kfd/kfd/proc/<pid>``) with the credentials procfs gives it: what decides whether
+    it can still open the nodes after a host group's gid changed (it keeps the groups it started with)."""
+
+    pid: int
+    name: str | None = None  # the kernel's comm
+    uid: int | None = None  # effective uid (``Uid:`` second field)
+    gid: int | None = None  # effective gid
+    groups: tuple[int, ...] | None = None  # ``Groups:``; None when the status file could not be read
+    pod_uid: str | None = None  # from its cgroup, when it runs in a Kubernetes pod
+    container_id: str | None = None
+
+
 class DevicesSnapshot(msgspec.Struct, frozen=True):
     nodes: tuple[DeviceNode, ...] = ()
     by_path: tuple[ByPathLink, ...] = ()
@@ -82,6 +95,9 @@ class DevicesSnapshot(msgspec.Struct, frozen=True):
     boot_id: str | None = None
     group_file_read: bool = True  # the host's etc/group was read: group names (and their absence) mean something
     warnings: tuple[str, ...] = ()
+    # the running KFD processes and their groups; read only while a host group's gid differs from the baseline
+    # (exporter.sources.hostconfig.with_kfd_processes), empty otherwise
+    kfd_processes: tuple[KfdProcess, ...] = ()
 
     def node(self, path: str) -> DeviceNode | None:
         for n in self.nodes:

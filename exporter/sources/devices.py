@@ -46,6 +46,7 @@ from exporter.model.devices import (
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.sources.hostconfig import with_kfd_processes
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
     BASELINE_ACTIONS,
@@ -532,6 +533,7 @@ class DevicesSource:
                     log.info(EVENT_BASELINE_CREATED, path=str(self._store.path), gpus=len(baseline.gpus))
                 self._stamp = None
         self._log_drift(baseline, problem)
+        devices = with_kfd_processes(self._config, devices, baseline)  # only while a group's gid drifted
         conditions, events = evaluate(sysfs, devices, baseline, self._previous_for(baseline), now)
         if baseline is not None and not created and self._auto.boots > 0:
             accepted = self._auto_accept(sysfs, devices, conditions, now)

@@ -43,7 +43,10 @@ from exporter.model.devices import (
     StateFileProblem,
 )
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.hostconfig import HostInputs
 from exporter.sources import SourceError
+from exporter.sources.hostconfig import group_gid_changed, read_host_inputs, with_kfd_processes
+from exporter.watchdog import hostconfig
 from exporter.watchdog.baseline import BaselineStore
 from exporter.watchdog.commands import read_current
 from exporter.watchdog.conditions import fix_text
@@ -258,8 +261,10 @@ def build_report(
     baseline_path: str,
     environ: Mapping[str, str],
     now: float,
+    host: HostInputs | None = None,
 ) -> dict[str, Any]:
-    """The whole check as a JSON-able dict; ``exit_code`` says 0 or 1. Pure."""
+    """The whole check as a JSON-able dict; ``exit_code`` says 0 or 1. Pure. ``host``: the host configuration to
+    judge too (``exporter.watchdog.hostconfig``)."""
     problems: list[str] = []
     notes: list[str] = list(devices.warnings)
     hip = hip_indices(sysfs)
@@ -422,7 +427,7 @@ def build_report(
         for g in sorted(sysfs.gpus, key=lambda g: g.pci_bus)
     ]
     creds = devices.creds
-    return {
+    report = {
         "ok": not problems,
         "exit_code": EXIT_PROBLEMS if problems else EXIT_OK,
         "process": {"euid": creds.euid, "egid": creds.egid, "groups": list(creds.groups)} if creds else None,
@@ -449,6 +454,9 @@ def build_report(
         "problems": problems,
         "notes": notes,
     }
+    if host is not None:
+        hostconfig.apply(report, host, sysfs, devices, environ, group_gid_changed(devices, baseline))
+    return report
 
 
 def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
@@ -475,12 +483,13 @@ def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
         env = ", ".join(f"{k}={vis[k]}" for k in VISIBLE_VARS if k in vis)
         sel = ", ".join(f"{s['index']}={s['pci_bus']}" for s in vis.get("selected", [])) or "none"
         lines.append(f"visible devices ({env}): {sel}")
+    lines.extend(hostconfig.render_lines(report))
     b = report["baseline"]
     if b["present"]:
         stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(b["created"]))
         boot = "this boot" if b["same_boot"] else "an earlier boot" if b["same_boot"] is False else "boot unknown"
         lines.append(f"baseline: {b['path']} accepted {stamp} ({boot})")
-    by_message = {c["message"]: c for c in report["causes"]}
+    by_message = {c["message"]: c for c in [*report["causes"], *(report.get("host_config") or {}).get("causes", [])]}
     for title, items in (("problems", problems), ("notes", report["notes"])):
         if not items:
             continue
@@ -567,6 +576,8 @@ def run_check(
         return EXIT_ERROR
     store = BaselineStore(config.state_dir)
     baseline, problem = store.load(move_corrupt=False)
-    report = build_report(sysfs, devices, baseline, problem, str(store.path), environ, time.time())
+    devices = with_kfd_processes(config, devices, baseline)
+    host = read_host_inputs(config, devices)
+    report = build_report(sysfs, devices, baseline, problem, str(store.path), environ, time.time(), host)
     print(json.dumps(report, indent=2) if as_json else render_text(report, verbose))
     return int(report["exit_code"])
