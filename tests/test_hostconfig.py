@@ -272,7 +272,7 @@ def test_a_process_that_kept_the_old_render_gid_is_named(tmp_path: Path) -> None
         summary = dict(alert.annotations)["summary"]
         assert f"pid {stale} (sleep, pod {pod})" in summary and str(fresh) not in summary
         fix = next(c for c in drift["consequences"] if c["condition"] == "process_lost_group")
-        assert fix["severity"] == "warning"
+        assert fix["severity"] == "critical"
 
     # without the host's /proc the processes are not looked up, and check says so
     code, report, _ = run(root.config())

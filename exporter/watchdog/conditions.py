@@ -100,7 +100,7 @@ KINDS: MappingProxyType[str, ConditionKind] = MappingProxyType(
         ),
         # a consequence of group_gid_drift only (subject: "pid <pid>"): it alerts through its cause
         "process_lost_group": ConditionKind(
-            "warning",
+            "critical",
             "process",
             False,
             "restart the workload (pid {pid}, {name}) with the new gid: `docker run --group-add {gid}`, Kubernetes "

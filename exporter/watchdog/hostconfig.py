@@ -332,8 +332,9 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
             _cause(
                 "udev_rules_unreadable",
                 "info",
-                f"udev rules could not be read: none of {', '.join(RULES_DIRS)} exists under {udev.rootfs} (a "
-                "container without the host's rules): what udev sets on the nodes is not judged",
+                f"udev rules could not be read: none of {', '.join(RULES_DIRS)} exists under "
+                f"{udev.rootfs.rstrip('/')}/ (a container without the host's rules): what udev sets on the nodes is "
+                "not judged",
                 "run check with the host's root mounted read-only and --path.rootfs pointing at it",
             )
         ]
@@ -568,11 +569,17 @@ def render_lines(report: Mapping[str, Any]) -> list[str]:
     lines = [f"ROCm user space: {v['rocm_user_space'] or 'none at ' + v['rocm_version_file']}; amdgpu driver: {driver}"]
     udev = report.get("udev") or {}
     if udev.get("read"):
-        lines.append(f"udev rules read under {udev['rootfs']}: {len(udev['files'])} file(s)")
+        lines.append(f"udev rules read under {udev['rootfs'].rstrip('/')}/: {len(udev['files'])} file(s)")
+        same: dict[tuple[str, ...], list[str]] = {}  # nodes udev treats alike, said once (8 render nodes: one line)
         for path, n in udev["nodes"].items():
-            where = (
-                ", ".join(f"{k} {n[k + '_from']}" for k in ("owner", "group", "mode") if n[k + "_from"])
-                or "no rule (devtmpfs default)"
-            )
-            lines.append(f"  {path}: udev gives {n['owner']}:{n['group']} {n['mode']} ({where}); node {n['node']}")
+            by_src: dict[str, list[str]] = {}
+            for k in ("owner", "group", "mode"):
+                if n[k + "_from"]:
+                    by_src.setdefault(n[k + "_from"], []).append(k)
+            where = "; ".join(f"{', '.join(w)} from {src}" for src, w in by_src.items())
+            key = (f"{n['owner']}:{n['group']} {n['mode']}", where or "no rule: devtmpfs's default", n["node"])
+            same.setdefault(key, []).append(path)
+        for (gives, where, now), paths in same.items():
+            who = paths[0] if len(paths) == 1 else f"{paths[0]} and {len(paths) - 1} more"
+            lines.append(f"  {who}: udev gives {gives} ({where}); node {now}")
     return lines
