@@ -64,6 +64,13 @@ def healthy_8gpu(base: Path) -> FakeRoot:
 def kfd_world_writable(base: Path) -> FakeRoot:
     """A site udev rule `KERNEL=="kfd", MODE="0666"`, in place since the baseline was taken."""
     root = two_gpu_root(base, modes={"kfd": 0o666})
+    root.write_file(
+        "/usr/lib/udev/rules.d/50-udev-default.rules",
+        'SUBSYSTEM=="drm", KERNEL!="renderD*", GROUP="video"\n'
+        'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"\n'
+        'SUBSYSTEM=="kfd", GROUP="render", MODE="0660"\n',
+    )
+    root.write_file("/etc/udev/rules.d/99-site.rules", 'KERNEL=="kfd", MODE="0666"\n')
     _daemon_baseline(root)
     return root
 

@@ -14,6 +14,7 @@ import structlog
 from fakeroot import FakeRoot, two_gpu_root
 
 from exporter.parsers.udev import SysfsDevice, evaluate_node, order_files, parse_rules
+from exporter.sources.devices import DevicesSource
 from exporter.sources.hostconfig import device_chain, read_rules
 from exporter.watchdog.check import run_check
 
@@ -228,3 +229,27 @@ def test_the_source_reads_lib_through_a_merged_usr_link_and_the_sysfs_chain(tmp_
     pci = next(d for d in chain if d.kernel == "0000:03:00.0")
     assert pci.driver == "amdgpu" and pci.attr("vendor") == "0x1002"
     assert evaluate_node(files, chain).group_from == f"{DEFAULT}:1"
+
+
+def test_the_daemons_conditions_name_the_rule(tmp_path: Path) -> None:
+    """The devices source reads the rules only while a node's mode, owner or group is wrong, and the condition
+    (its message, the pushed alert's summary, check's line) says which rule gives what."""
+    root = two_gpu_root(tmp_path)
+    root.write_file(SITE, 'KERNEL=="kfd", GROUP="render", MODE="0660"\n')
+    src = DevicesSource(root.config(), clock=lambda: 1_700_000_000.0)
+    with structlog.testing.capture_logs():
+        first = src.collect()
+    assert first.devices.udev == ()  # nothing wrong: the rules were not read
+    root.chmod("kfd", 0o600)
+    with structlog.testing.capture_logs():
+        state = src.collect()
+    drift = next(c for c in state.active() if c.kind == "mode_drift" and c.subject == "/dev/kfd")
+    details = dict(drift.details)
+    assert details["udev_rule"] == f"group, mode from {SITE}:1" and details["udev_cause"] == "not_applied"
+    assert drift.message.endswith(
+        f"(udev: the rules give root:render 0660 (group, mode from {SITE}:1) but udev has not applied them: "
+        "`udevadm trigger`)"
+    )
+    _, report, text = check(root)
+    assert drift.message in text
+    assert report["udev"]["nodes"]["/dev/kfd"]["cause"] == "not_applied"

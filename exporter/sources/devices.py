@@ -46,7 +46,7 @@ from exporter.model.devices import (
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
-from exporter.sources.hostconfig import with_kfd_processes
+from exporter.sources.hostconfig import with_kfd_processes, with_udev
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
     BASELINE_ACTIONS,
@@ -57,7 +57,13 @@ from exporter.watchdog.baseline import (
     build_baseline,
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
-from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+from exporter.watchdog.drift import (
+    EVENT_CONDITION_CLEARED,
+    UDEV_KINDS,
+    conditions_from_json,
+    conditions_to_json,
+    evaluate,
+)
 
 if TYPE_CHECKING:
     from exporter.sources.sysfs import FixedValues
@@ -534,7 +540,12 @@ class DevicesSource:
                 self._stamp = None
         self._log_drift(baseline, problem)
         devices = with_kfd_processes(self._config, devices, baseline)  # only while a group's gid drifted
-        conditions, events = evaluate(sysfs, devices, baseline, self._previous_for(baseline), now)
+        previous = self._previous_for(baseline)
+        conditions, events = evaluate(sysfs, devices, baseline, previous, now)
+        if any(c.active and c.kind in UDEV_KINDS for c in conditions):
+            # a node's mode, owner or group is wrong: say which rule sets it (the rules are read only now)
+            devices = with_udev(self._config, devices)
+            conditions, events = evaluate(sysfs, devices, baseline, previous, now)
         if baseline is not None and not created and self._auto.boots > 0:
             accepted = self._auto_accept(sysfs, devices, conditions, now)
             if accepted is not None:

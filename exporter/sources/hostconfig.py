@@ -213,6 +213,14 @@ def with_kfd_processes(config: Config, devices: DevicesSnapshot, baseline: Basel
     return msgspec.structs.replace(devices, kfd_processes=read_kfd_processes(config.sysfs, config.procfs))
 
 
+def with_udev(config: Config, devices: DevicesSnapshot) -> DevicesSnapshot:
+    """``devices`` with what the udev rules give each node (the devices source calls it only while a node's mode,
+    owner or group is wrong: the rules are read then, not every interval)."""
+    from exporter.watchdog.hostconfig import udev_verdicts
+
+    return msgspec.structs.replace(devices, udev=udev_verdicts(read_udev(config, devices), devices))
+
+
 def read_host_inputs(config: Config, devices: DevicesSnapshot) -> HostInputs:
     is_host = procfs_is_host(config.procfs)
     return HostInputs(

@@ -32,6 +32,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from exporter.config import Config
 from exporter.model.devices import (
     Baseline,
@@ -578,6 +580,7 @@ def run_check(
     baseline, problem = store.load(move_corrupt=False)
     devices = with_kfd_processes(config, devices, baseline)
     host = read_host_inputs(config, devices)
+    devices = msgspec.structs.replace(devices, udev=hostconfig.udev_verdicts(host.udev, devices))
     report = build_report(sysfs, devices, baseline, problem, str(store.path), environ, time.time(), host)
     print(json.dumps(report, indent=2) if as_json else render_text(report, verbose))
     return int(report["exit_code"])

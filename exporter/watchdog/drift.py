@@ -613,6 +613,38 @@ def _attribute_same_change(c: _Checks) -> None:
             f.message += f" (and the same on {f.details['nodes'].count(',')} more nodes)"
 
 
+# Node conditions a udev rule decides: each names what the rules give the node and the file and line that set it
+# (``devices.udev``, read by check, and by the devices source only while one of these holds).
+UDEV_KINDS = frozenset(
+    {
+        "mode_drift",
+        "uid_drift",
+        "gid_drift",
+        "world_writable",
+        "group_not_render_or_video",
+        "gid_has_no_name",
+        "kfd_render_group_split",
+        "mode_inconsistent",
+        "group_inconsistent",
+    }
+)
+
+
+def _attribute_udev(c: _Checks, devices: DevicesSnapshot) -> None:
+    if not devices.udev:
+        return
+    for (kind, path), f in c.found.items():
+        if kind not in UDEV_KINDS or not f.active:
+            continue
+        v = devices.udev_verdict(path)
+        if v is None:
+            continue
+        f.details["udev_gives"] = v.gives
+        f.details["udev_rule"] = v.sources or "none"
+        f.details["udev_cause"] = v.cause
+        f.message += f" (udev: {v.summary()})"
+
+
 def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
     """Follow a cause to its root (a partition's missing GPU -> the partition change)."""
     seen: set[tuple[str, str]] = set()
@@ -704,6 +736,7 @@ def evaluate(
         _attribute_lost_groups(c, devices, baseline)
         _attribute_renumbering(c)
     _attribute_same_change(c)
+    _attribute_udev(c, devices)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
 
 

@@ -28,9 +28,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from exporter.model.devices import DevicesSnapshot, Severity
+from exporter.model.devices import DevicesSnapshot, Severity, UdevNodeVerdict
 from exporter.model.gpu import SysfsSnapshot
-from exporter.model.hostconfig import HostInputs
+from exporter.model.hostconfig import HostInputs, UdevInputs
 from exporter.parsers.udev import RULES_DIRS, NodeVerdict, SysfsDevice, evaluate_node
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -305,12 +305,56 @@ def _fmt(owner: str, group: str, mode: int) -> str:
     return f"{owner}:{group} {mode:04o}"
 
 
-def _sources(v: NodeVerdict) -> str:
+def _sources(v: NodeVerdict | UdevNodeVerdict) -> str:
     where: dict[str, list[str]] = {}
     for what, src in (("owner", v.owner_from), ("group", v.group_from), ("mode", v.mode_from)):
         if src is not None:
             where.setdefault(src, []).append(what)
     return "; ".join(f"{', '.join(w)} from {src}" for src, w in where.items())
+
+
+def udev_verdicts(udev: UdevInputs, devices: DevicesSnapshot) -> tuple[UdevNodeVerdict, ...]:
+    """What the rules give each node present, against what it is; () when no rules directory was found."""
+    if not udev.dirs_found:
+        return ()
+    out = []
+    for n in devices.nodes:
+        if not n.exists or n.mode is None:
+            continue
+        chain = udev.chain(n.path) or (SysfsDevice(n.name, "kfd" if n.kind == "kfd" else "drm"),)
+        v = evaluate_node(udev.files, chain)
+        node_group = n.group if n.group is not None else str(n.gid)
+        node_owner = n.owner if n.owner is not None else str(n.uid)
+        want_gid = 0 if v.group == "root" else int(v.group) if v.group.isdigit() else devices.host_gid(v.group)
+        same_group = n.gid == want_gid if want_gid is not None else node_group == v.group
+        same_owner = node_owner == v.owner or (v.owner == "root" and n.uid == 0) or v.owner == str(n.uid)
+        applied = same_group and same_owner and n.mode == v.mode
+        if v.undecidable:
+            cause = "undecidable"
+        elif not v.set_by_rules:
+            cause = "no_rule"
+        elif not applied:
+            cause = "not_applied"
+        elif v.mode & 0o002:
+            cause = "world_writable"
+        else:
+            cause = "applied"
+        out.append(
+            UdevNodeVerdict(
+                path=n.path,
+                owner=v.owner,
+                group=v.group,
+                mode=v.mode,
+                owner_from=v.owner_from,
+                group_from=v.group_from,
+                mode_from=v.mode_from,
+                undecidable=v.undecidable,
+                node=_fmt(node_owner, node_group, n.mode),
+                applied=applied,
+                cause=cause,
+            )
+        )
+    return tuple(out)
 
 
 def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -340,30 +384,10 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
         ]
     groups: dict[tuple[str, str], list[str]] = {}  # (cause, detail key) -> node paths
     texts: dict[tuple[str, str], tuple[str, Severity, str, str]] = {}
-    for n in devices.nodes:
-        if not n.exists or n.mode is None:
-            continue
-        chain = udev.chain(n.path) or (SysfsDevice(n.name, "kfd" if n.kind == "kfd" else "drm"),)
-        v = evaluate_node(udev.files, chain)
-        node_group = n.group if n.group is not None else str(n.gid)
-        node_owner = n.owner if n.owner is not None else str(n.uid)
-        want_gid = devices.host_gid(v.group) if not v.group.isdigit() else int(v.group)
-        if v.group == "root":
-            want_gid = 0
-        same_group = n.gid == want_gid if want_gid is not None else node_group == v.group
-        same_owner = node_owner == v.owner or (v.owner == "root" and n.uid == 0) or v.owner == str(n.uid)
-        applied = same_group and same_owner and n.mode == v.mode
-        if v.undecidable:
-            cause = "undecidable"
-        elif not v.set_by_rules:
-            cause = "no_rule"
-        elif not applied:
-            cause = "not_applied"
-        elif v.mode & 0o002:
-            cause = "world_writable"
-        else:
-            cause = "applied"
-        section["nodes"][n.path] = {
+    kinds = {n.path: n.kind for n in devices.nodes}
+    for v in udev_verdicts(udev, devices):
+        cause = v.cause
+        section["nodes"][v.path] = {
             "owner": v.owner,
             "group": v.group,
             "mode": f"{v.mode:04o}",
@@ -371,12 +395,14 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
             "group_from": v.group_from,
             "mode_from": v.mode_from,
             "undecidable": list(v.undecidable),
-            "node": _fmt(node_owner, node_group, n.mode),
-            "applied": applied,
+            "node": v.node,
+            "applied": v.applied,
             "cause": cause,
         }
+        applied = v.applied
+        node_now = v.node
         rule = _fmt(v.owner, v.group, v.mode)
-        needed = n.kind == "kfd" or n.kind == "render"
+        needed = kinds.get(v.path) in ("kfd", "render")
         if cause == "undecidable":
             key = (cause, ", ".join(v.undecidable))
             texts[key] = (
@@ -388,13 +414,13 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
                 "which rules applied",
             )
         elif cause == "no_rule" and needed and not applied:
-            key = (cause, f"{node_owner}:{node_group} {n.mode:04o}")
+            key = (cause, node_now)
             texts[key] = (
                 "udev_no_rule_not_default",
                 "info",
                 f"udev: no rule sets the owner, group or mode of {{nodes}} (read: {', '.join(read) or 'no files'}), "
-                f"yet it is {_fmt(node_owner, node_group, n.mode)}, not devtmpfs's root:root 0600: set by hand or "
-                "by a tool, lost at the next boot",
+                f"yet it is {node_now}, not devtmpfs's root:root 0600: set by something else (rules not read "
+                "here, a tool, by hand)",
                 'make it a rule: /etc/udev/rules.d/70-amdgpu.rules with KERNEL=="kfd", GROUP="render", '
                 'MODE="0660" and SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"',
             )
@@ -410,12 +436,12 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
                 "--reload && udevadm trigger`",
             )
         elif cause == "not_applied":
-            key = (cause, f"{rule} {_sources(v)} {node_owner}:{node_group} {n.mode:04o}")
+            key = (cause, f"{rule} {_sources(v)} {node_now}")
             texts[key] = (
                 "udev_rule_not_applied",
                 "warning",
                 f"udev: the rules give {{nodes}} {rule} ({_sources(v)}) but the node is "
-                f"{_fmt(node_owner, node_group, n.mode)}: udev has not re-run since the rule changed, or something "
+                f"{node_now}: udev has not re-run since the rule changed, or something "
                 "changed the node after it",
                 "`udevadm control --reload && udevadm trigger` (on the host), then check again",
             )
@@ -431,7 +457,7 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
             )
         else:
             continue
-        groups.setdefault(key, []).append(n.path)
+        groups.setdefault(key, []).append(v.path)
     out = []
     for key, paths in groups.items():
         kind, severity, message, fix = texts[key]
