@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 from fakeroot import FakeRoot, two_gpu_root
 
@@ -83,9 +85,15 @@ def test_goto_skips_to_its_label_and_a_group_alone_gives_0660() -> None:
 
 
 def test_undecidable_rules_are_named_never_guessed() -> None:
-    f = rules('KERNEL=="kfd", \\\n  PROGRAM=="/usr/bin/is-gpu-host", GROUP="video"\nKERNEL=="kfd", ENV{ID_SEAT}=="x"\n')
+    f = rules(
+        'KERNEL=="kfd", \\\n  PROGRAM=="/usr/bin/is-gpu-host", GROUP="video"\n'
+        'KERNEL=="kfd", ENV{ID_SEAT}=="x"\n'
+        'SUBSYSTEM=="usb", ENV{DEVTYPE}=="usb_device", MODE="0664"\n'
+        'KERNEL=="kfd", IMPORT{program}="/usr/bin/gpu-id %k", MODE="0666"\n'
+    )
     v = evaluate_node([f], KFD)
-    assert v.undecidable == (f"{f.path}:1 (PROGRAM)",)  # the ENV rule assigns nothing: it cannot matter
+    # the ENV rule assigns nothing and the usb one does not match: neither can matter
+    assert v.undecidable == (f"{f.path}:1 (PROGRAM)", f"{f.path}:5 (IMPORT)")  # line 1 continues on 2
     assert (v.group, v.mode) == ("root", 0o600)
 
 
@@ -253,3 +261,21 @@ def test_the_daemons_conditions_name_the_rule(tmp_path: Path) -> None:
     _, report, text = check(root)
     assert drift.message in text
     assert report["udev"]["nodes"]["/dev/kfd"]["cause"] == "not_applied"
+
+
+def test_a_containers_own_root_is_not_read_as_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from exporter.config import Config
+    from exporter.model.devices import DevicesSnapshot
+    from exporter.sources.hostconfig import read_udev
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    udev = read_udev(Config(), DevicesSnapshot())
+    assert udev.container_root and udev.files == ()
+    from exporter.model.hostconfig import HostInputs
+    from exporter.watchdog.hostconfig import udev_section
+
+    section, found = udev_section(HostInputs(udev=udev), DevicesSnapshot())
+    assert section["read"] is False and "the rules under / are the image's, not the host's" in found[0]["message"]
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    if not os.path.exists("/.dockerenv") and not os.path.exists("/run/.containerenv"):
+        assert not read_udev(Config(), DevicesSnapshot()).container_root

@@ -18,6 +18,9 @@ class UdevInputs(msgspec.Struct, frozen=True):
     masked: tuple[str, ...] = ()  # file names masked by a symlink to /dev/null
     chains: tuple[tuple[str, tuple[SysfsDevice, ...]], ...] = ()  # (node host path, its device chain)
     errors: tuple[str, ...] = ()  # files that could not be read
+    # the root is this container's own (--path.rootfs not set, in a container): its rules are the image's, not the
+    # host's, so they are not judged
+    container_root: bool = False
 
     def chain(self, path: str) -> tuple[SysfsDevice, ...] | None:
         for p, c in self.chains:

@@ -43,6 +43,8 @@ _PARENT_KEYS = frozenset({"SUBSYSTEMS", "KERNELS", "DRIVERS", "ATTRS"})
 _UNDECIDABLE_KEYS = frozenset(
     {"PROGRAM", "RESULT", "IMPORT", "ENV", "TEST", "TAG", "TAGS", "NAME", "SYMLINK", "CONST", "SYSCTL", "SECLABEL"}
 )
+# Keys that run something or read the udev database: the rule stops when they fail, with any operator.
+_RUN_KEYS = frozenset({"PROGRAM", "IMPORT"})
 _ASSIGN_OPS = frozenset({"=", "+=", "-=", ":="})
 _PAIR = re.compile(
     r"\s*(?P<key>[A-Z_]+)(?:\{(?P<attr>[^}]*)\})?\s*(?P<op>==|!=|\+=|-=|:=|=)\s*\"(?P<value>(?:[^\"\\]|\\.)*)\"\s*"
@@ -214,6 +216,9 @@ def _matches(rule: Rule, chain: Sequence[SysfsDevice], action: str) -> tuple[boo
     undecidable: str | None = None
     parent_pairs: list[RulePair] = []
     for pair in rule.pairs:
+        if pair.key in _RUN_KEYS and undecidable is None:
+            undecidable = pair.key  # PROGRAM="..." and IMPORT{...}="..." are conditions whatever their operator
+            continue
         if pair.op not in ("==", "!="):
             continue
         if pair.key in _EVENT_KEYS:

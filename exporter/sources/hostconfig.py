@@ -118,7 +118,16 @@ def device_chain(sysfs: Path, class_dir: str, name: str, wanted: Iterable[str]) 
     return tuple(chain)
 
 
+def in_container() -> bool:
+    """Docker, Podman or Kubernetes (their marker files and variable): the root filesystem is an image's."""
+    return (
+        os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv") or "KUBERNETES_SERVICE_HOST" in os.environ
+    )
+
+
 def read_udev(config: Config, devices: DevicesSnapshot) -> UdevInputs:
+    if config.rootfs == Path("/") and in_container():
+        return UdevInputs(rootfs="/", dirs_found=(), files=(), container_root=True)
     dirs, files, masked, errors = read_rules(config.rootfs)
     wanted = attrs_wanted(files)
     chains = []

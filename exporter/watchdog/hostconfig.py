@@ -371,6 +371,16 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
         "syntax_errors": [e for f in udev.files for e in f.errors],
         "nodes": {},
     }
+    if udev.container_root:
+        return section, [
+            _cause(
+                "udev_rules_unreadable",
+                "info",
+                "udev rules not read: this runs in a container and --path.rootfs is not set, so the rules under / "
+                "are the image's, not the host's: what udev sets on the nodes is not judged",
+                "run check with the host's root mounted read-only and --path.rootfs pointing at it",
+            )
+        ]
     if not udev.dirs_found:
         return section, [
             _cause(
