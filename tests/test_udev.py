@@ -16,7 +16,7 @@ import structlog
 from fakeroot import FakeRoot, two_gpu_root
 
 from exporter.parsers.udev import SysfsDevice, evaluate_node, order_files, parse_rules
-from exporter.sources.devices import DevicesSource
+from exporter.sources.devices import UDEV_REFRESH_SECONDS, DevicesSource
 from exporter.sources.hostconfig import device_chain, read_rules
 from exporter.watchdog.check import run_check
 
@@ -244,7 +244,8 @@ def test_the_daemons_conditions_name_the_rule(tmp_path: Path) -> None:
     (its message, the pushed alert's summary, check's line) says which rule gives what."""
     root = two_gpu_root(tmp_path)
     root.write_file(SITE, 'KERNEL=="kfd", GROUP="render", MODE="0660"\n')
-    src = DevicesSource(root.config(), clock=lambda: 1_700_000_000.0)
+    now = [1_700_000_000.0]
+    src = DevicesSource(root.config(), clock=lambda: now[0])
     with structlog.testing.capture_logs():
         first = src.collect()
     assert first.devices.udev == ()  # nothing wrong: the rules were not read
@@ -261,6 +262,19 @@ def test_the_daemons_conditions_name_the_rule(tmp_path: Path) -> None:
     _, report, text = check(root)
     assert drift.message in text
     assert report["udev"]["nodes"]["/dev/kfd"]["cause"] == "not_applied"
+
+    # the same nodes still wrong: the verdict is kept, the rules are read again only after UDEV_REFRESH_SECONDS
+    root.write_file(SITE, 'KERNEL=="kfd", GROUP="render", MODE="0600"\n')  # the site now wants 0600
+    now[0] += 30
+    with structlog.testing.capture_logs():
+        kept = src.collect()
+    assert dict(next(c for c in kept.active() if c.kind == "mode_drift").details)["udev_cause"] == "not_applied"
+    now[0] += UDEV_REFRESH_SECONDS
+    with structlog.testing.capture_logs():
+        later = src.collect()
+    again = next(c for c in later.active() if c.kind == "mode_drift")
+    assert dict(again.details)["udev_cause"] == "applied" and f"group, mode from {SITE}:1" in again.message
+    assert again.since == drift.since  # the same condition, a better message
 
 
 def test_a_containers_own_root_is_not_read_as_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
