@@ -93,6 +93,17 @@ def test_gpu_device_ordinal_out_of_range_and_contradictions(tmp_path: Path) -> N
     assert any(p.startswith("GPU_DEVICE_ORDINAL: index 1 is out of range (1 GPUs)") for p in report["problems"])
     code, report, _ = run(root.config(), {"GPU_DEVICE_ORDINAL": "0,1"})
     assert code == 0, report["problems"]
+    # without HIP_VISIBLE_DEVICES it is HIP's selection too
+    code, report, text = run(root.config(), {"GPU_DEVICE_ORDINAL": "1"})
+    assert code == 0 and [s["pci_bus"] for s in report["visible_devices"]["selected"]] == [B]
+    assert f"visible devices (GPU_DEVICE_ORDINAL=1): 0={B}" in text
+    # beside it, GPU_DEVICE_ORDINAL still selects for OpenCL: out of range there is a problem of its own
+    code, report, _ = run(root.config(), {"HIP_VISIBLE_DEVICES": "0", "GPU_DEVICE_ORDINAL": "5"})
+    assert code == 1
+    assert (
+        "GPU_DEVICE_ORDINAL: index 5 is out of range (2 GPUs): it and what follows are ignored (OpenCL)"
+        in (report["problems"])
+    )
     code, report, _ = run(root.config(), {"HIP_VISIBLE_DEVICES": "0", "GPU_DEVICE_ORDINAL": "1"})
     assert code == 1
     line = next(p for p in report["problems"] if "GPU_DEVICE_ORDINAL=1 selects" in p)

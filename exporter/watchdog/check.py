@@ -55,7 +55,7 @@ from exporter.watchdog.conditions import fix_text
 from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, evaluate, hip_indices
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
-VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 Ordered = Sequence[tuple[str, str | None]]  # (pci_bus, unique_id) in HIP/ROCr index order
 
@@ -100,13 +100,14 @@ def _apply(ordered: Ordered, spec: str, var: str, errors: list[str]) -> list[tup
 
 def select_visible(ordered: Ordered, environ: Mapping[str, str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     """The GPUs the HIP runtime would see: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
-    CUDA_VISIBLE_DEVICES when HIP's is unset) as indices into what ROCr kept."""
+    CUDA_VISIBLE_DEVICES when HIP's is unset, or GPU_DEVICE_ORDINAL, which HIP and OpenCL read, when both are)
+    as indices into what ROCr kept."""
     errors: list[str] = []
     selected = list(ordered)
     rocr = environ.get("ROCR_VISIBLE_DEVICES")
     if rocr is not None:
         selected = _apply(selected, rocr, "ROCR_VISIBLE_DEVICES", errors)
-    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ else "CUDA_VISIBLE_DEVICES"
+    hip_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in environ), "GPU_DEVICE_ORDINAL")
     hip = environ.get(hip_var)
     if hip is not None:
         selected = _apply(selected, hip, hip_var, errors)

@@ -4,8 +4,9 @@ Pure: the inputs are read by ``exporter.sources.hostconfig``; this module only j
 - ``HSA_OVERRIDE_GFX_VERSION`` against each visible GPU's ``gfx_target_version`` (KFD topology): an override
   naming an ISA outside the GPU's family is a problem naming both; a same-family one (10.3.0 on gfx1031) is a
   known workaround, a note. The families are data: ``exporter/data/gfx_override.json``, with their sources.
-- ``GPU_DEVICE_ORDINAL`` applied like ``HIP_VISIBLE_DEVICES`` (indices or UUIDs into what ROCr kept), and the two
-  contradicting each other; ``HSA_ENABLE_SDMA=0`` a note with its cost.
+- ``GPU_DEVICE_ORDINAL`` applied like ``HIP_VISIBLE_DEVICES`` (indices or UUIDs into what ROCr kept; it is HIP's
+  selection when neither HIP_VISIBLE_DEVICES nor CUDA_VISIBLE_DEVICES is set, ``check.select_visible``), and the
+  two contradicting each other; ``HSA_ENABLE_SDMA=0`` a note with its cost.
 - ROCm user space (``/opt/rocm/.info/version``) against the amdgpu-dkms driver (``/sys/module/amdgpu/version``):
   AMD's user/kernel-space matrix and the module-version-to-release table, data with their sources
   (``exporter/data/rocm_driver_compat.json``). Outside it: a warning naming both; an in-tree driver or a module
@@ -184,20 +185,22 @@ def ordinal_causes(environ: Mapping[str, str], usable: Sequence[tuple[str, str |
     from exporter.watchdog.check import select_visible  # the one implementation of the selection rules
 
     base = {k: v for k, v in environ.items() if k == "ROCR_VISIBLE_DEVICES"}
-    by_ordinal, errors = select_visible(usable, {**base, "HIP_VISIBLE_DEVICES": ordinal})
+    by_ordinal, errors = select_visible(usable, {**base, "GPU_DEVICE_ORDINAL": ordinal})
+    hip_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in environ), None)
+    # without HIP's own variable GPU_DEVICE_ORDINAL is HIP's selection too, and check's selection already said
+    # what is wrong with it; beside HIP_VISIBLE_DEVICES it still selects for OpenCL
     out = [
         _cause(
             "gpu_device_ordinal_invalid",
             "critical",
-            e.replace("HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", 1),
+            e + " (OpenCL)",
             "GPU_DEVICE_ORDINAL counts the GPUs ROCR_VISIBLE_DEVICES kept, from 0: fix or unset it",
         )
         for e in errors
-        if e.startswith("HIP_VISIBLE_DEVICES")
+        if e.startswith("GPU_DEVICE_ORDINAL") and hip_var is not None
     ]
-    hip_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in environ), None)
     if hip_var is not None:
-        by_hip, _ = select_visible(usable, {**base, "HIP_VISIBLE_DEVICES": environ[hip_var]})
+        by_hip, _ = select_visible(usable, {**base, hip_var: environ[hip_var]})
         if [b for b, _ in by_hip] != [b for b, _ in by_ordinal]:
             hip_sel = ", ".join(b for b, _ in by_hip) or "none"
             ord_sel = ", ".join(b for b, _ in by_ordinal) or "none"
