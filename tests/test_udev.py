@@ -293,3 +293,15 @@ def test_a_containers_own_root_is_not_read_as_the_hosts(monkeypatch: pytest.Monk
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     if not os.path.exists("/.dockerenv") and not os.path.exists("/run/.containerenv"):
         assert not read_udev(Config(), DevicesSnapshot()).container_root
+
+
+def test_bad_lines_and_a_fifo_are_skipped_and_said(tmp_path: Path) -> None:
+    root = two_gpu_root(tmp_path)
+    root.write_file(DEFAULT, 'KERNEL=="kfd" GROUP="render"\nKERNEL=="kfd", GROUP="render", MODE="0660"\n')
+    (root.root / "etc" / "udev" / "rules.d").mkdir(parents=True)
+    os.mkfifo(root.root / "etc" / "udev" / "rules.d" / "90-fifo.rules")  # would block a plain open()
+    code, report, _ = check(root)
+    assert code == 0, report["problems"]  # the good line still decides /dev/kfd
+    assert node(report)["group_from"] == f"{DEFAULT}:2"
+    note = next(n for n in report["notes"] if n.startswith("udev: 2 rule line(s) or file(s) skipped"))
+    assert f"{DEFAULT}:1:" in note and "/etc/udev/rules.d/90-fifo.rules: not a regular file" in note

@@ -472,6 +472,16 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
             continue
         groups.setdefault(key, []).append(v.path)
     out = []
+    skipped = section["syntax_errors"] + [f"{p}: not a regular file, or unreadable" for p in udev.errors]
+    if skipped:
+        out.append(
+            _cause(
+                "udev_rules_skipped",
+                "info",
+                f"udev: {len(skipped)} rule line(s) or file(s) skipped, as udev skips them: " + "; ".join(skipped[:5]),
+                "fix the lines (`udevadm verify` on systemd >= 254), then `udevadm control --reload`",
+            )
+        )
     for key, paths in groups.items():
         kind, severity, message, fix = texts[key]
         nodes = paths[0] if len(paths) == 1 else f"{len(paths)} nodes ({', '.join(paths)})"
