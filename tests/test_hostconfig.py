@@ -232,21 +232,23 @@ def gpu_process(groups: list[int], pod: str | None = None) -> Iterator[int]:
     child = subprocess.Popen(
         ["setpriv", "--reuid", "1000", "--regid", "1000", "--groups", ",".join(map(str, groups)), "sleep", "60"]
     )
-    cgroup: Path | None = None
+    top = Path("/sys/fs/cgroup/pids") / f"rocm-watchdog-test-{uuid.uuid4().hex[:8]}"  # ours alone, removed after
+    made: list[Path] = []
     try:
         _wait_exec(child.pid, "sleep")
         if pod is not None:
-            cgroup = Path("/sys/fs/cgroup/pids/kubepods/besteffort") / f"pod{pod}" / ("c" * 64)
-            cgroup.mkdir(parents=True)
+            cgroup = top / "kubepods" / "besteffort" / f"pod{pod}" / ("c" * 64)
+            for d in reversed([cgroup, *cgroup.parents]):
+                if d == top or top in d.parents:
+                    d.mkdir()
+                    made.append(d)
             (cgroup / "cgroup.procs").write_text(str(child.pid))
         yield child.pid
     finally:
         child.kill()
         child.wait()
-        if cgroup is not None:
-            for d in (cgroup, cgroup.parent):
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+        for d in reversed(made):  # a cgroup can be removed once its last process has exited
+            d.rmdir()
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/fs/cgroup/pids"), reason="needs the cgroup v1 pids controller")
