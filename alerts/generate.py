@@ -132,7 +132,8 @@ _DEVICE_TEXT = {
         "The host's {{ $labels.subject }} gid changed on {{ $labels.nodename }}",
         "The numeric gid of group {{ $labels.subject }} is not the one of the baseline. Every container started "
         "with `--group-add <old gid>` or `supplementalGroups: [<old gid>]` loses its GPUs; the device nodes "
-        "relabelled with it are part of this alert, not separate pages.",
+        "relabelled with it are part of this alert, not separate pages. Running GPU processes that kept the old gid "
+        "(they keep the groups they started with) are named in the summary and must be restarted with the new one.",
     ),
     ALERT_GENERIC: (
         "{{ $labels.condition }} on {{ $labels.subject }} ({{ $labels.nodename }})",

@@ -65,6 +65,13 @@ def _daemon_baseline(root: FakeRoot) -> None:
 def healthy_8gpu(base: Path) -> FakeRoot:
     """The 8x MI210 capture (render and card numbers not in PCI order, as on the real host), a BMC on card0."""
     root = build_root(base, capture_gpus("mi210-8gpu-xgmi-pcie"), others=[BMC])
+    # the node rules of Debian's systemd (render mode 0660), read under --path.rootfs
+    root.write_file(
+        "/usr/lib/udev/rules.d/50-udev-default.rules",
+        'SUBSYSTEM=="drm", KERNEL!="renderD*", GROUP="video"\n'
+        'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"\n'
+        'SUBSYSTEM=="kfd", GROUP="render", MODE="0660"\n',
+    )
     _daemon_baseline(root)
     return root
 
@@ -72,6 +79,13 @@ def healthy_8gpu(base: Path) -> FakeRoot:
 def kfd_world_writable(base: Path) -> FakeRoot:
     """A site udev rule `KERNEL=="kfd", MODE="0666"`, in place since the baseline was taken."""
     root = two_gpu_root(base, modes={"kfd": 0o666})
+    root.write_file(
+        "/usr/lib/udev/rules.d/50-udev-default.rules",
+        'SUBSYSTEM=="drm", KERNEL!="renderD*", GROUP="video"\n'
+        'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"\n'
+        'SUBSYSTEM=="kfd", GROUP="render", MODE="0660"\n',
+    )
+    root.write_file("/etc/udev/rules.d/99-site.rules", 'KERNEL=="kfd", MODE="0666"\n')
     _daemon_baseline(root)
     return root
 

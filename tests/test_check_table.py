@@ -32,7 +32,7 @@ USER = ProcessCreds(1000, 1000, (1000, 109))  # an unprivileged user in the host
 NODE_FIELDS = {"path", "present", "char_device", "mode", "owner", "group", "uid", "gid", "major", "minor", "acl"}
 NODE_FIELDS |= {"accessible", "grant_gids"}
 REPORT_FIELDS = {"ok", "exit_code", "process", "nodes", "gpus", "access", "baseline", "causes", "conditions"}
-REPORT_FIELDS |= {"visible_devices", "problems", "notes"}
+REPORT_FIELDS |= {"visible_devices", "problems", "notes", "host_config", "udev"}
 BASELINE_FIELDS = {"path", "present", "created", "boot_id", "same_boot", "corrupt"}
 
 

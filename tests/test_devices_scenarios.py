@@ -226,6 +226,8 @@ def test_scenarios_cover_the_kinds() -> None:
     rdev_mismatch, mode/group_inconsistent, group_not_render_or_video, kfd_render_group_split) has its own."""
     side_effects = {"node_missing", "rdev_drift", "mode_inconsistent", "group_inconsistent"}
     side_effects |= {"group_not_render_or_video", "kfd_render_group_split"}
+    # needs a real process and the host's /proc: end to end in test_hostconfig.py (source, check and alert)
+    side_effects |= {"process_lost_group"}
     assert set(KINDS) - {s.kind for s in SCENARIOS} == side_effects
 
 

@@ -194,6 +194,7 @@ class FakeGpu:
     hwmon_files: dict[str, str] = field(default_factory=dict)
     # The binary ``gpu_metrics`` table of the PCI function (``gpu_metrics_file``, or a real capture); None: no file.
     gpu_metrics: bytes | None = None
+    gfx_target_version: int = 90010  # KFD's gfx_target_version of generated properties (90010: gfx90a, MI210)
 
 
 @dataclass
@@ -266,6 +267,9 @@ class FakeRoot:
 
     def dev_of(self, name: str, major: int, minor: int) -> tuple[int, int]:
         return self.devs.get(name, (major, minor))
+
+    # sys/module/amdgpu/version: what an amdgpu-dkms build writes ("6.12.12"); None: the in-tree driver (no file)
+    driver_version: str | None = None
 
     @property
     def sys(self) -> Path:
@@ -425,6 +429,28 @@ class FakeRoot:
 
     def remove_node(self, path: str) -> None:
         (self.dev / path).unlink()
+
+    def write_file(self, path: str, text: str) -> Path:
+        """A file of the root outside sys and dev, by its host path: ``/etc/udev/rules.d/70-kfd.rules``,
+        ``/opt/rocm/.info/version``. Kept across rebuilds."""
+        target = self.root / path.lstrip("/")
+        _write(target, text)
+        return target
+
+    def mask(self, path: str) -> None:
+        """Replace a file of the root by a symlink to /dev/null (how udev rules and systemd units are masked)."""
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        os.symlink("/dev/null", target)
+
+    def add_kfd_process(self, pid: int, vram: dict[int, int] | None = None) -> None:
+        """KFD's ``class/kfd/kfd/proc/<pid>`` with a ``vram_<gpu_id>`` file per GPU (gone at the next rebuild)."""
+        d = self.sys / "class" / "kfd" / "kfd" / "proc" / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        for gpu_id, used in (vram or {}).items():
+            _write(d / f"vram_{gpu_id}", f"{used}\n")
 
 
 # ---- building -------------------------------------------------------------------------------------------
@@ -624,7 +650,7 @@ def _kfd_props(
         "cu_per_simd_array": 14,
         "simd_per_cu": 4,
         "max_slots_scratch_cu": 32,
-        "gfx_target_version": 90010,
+        "gfx_target_version": root_gpu.gfx_target_version,
         "vendor_id": root_gpu.vendor_id,
         "device_id": root_gpu.device_id,
         "location_id": location_id(location),
@@ -655,6 +681,8 @@ def _build_sys(root: FakeRoot) -> None:
     for d in ("class/drm", "class/hwmon", "dev/char", "bus/pci/devices", "bus/platform/devices", "module/amdgpu"):
         (sys / d).mkdir(parents=True, exist_ok=True)
     _write(sys / "class" / "drm" / "version", "drm 1.1.0 20060810\n")
+    if root.driver_version is not None:
+        _write(sys / "module" / "amdgpu" / "version", root.driver_version + "\n")
     drv = sys / "bus" / "pci" / "drivers" / "amdgpu"
     drv.mkdir(parents=True)
     for name in ("bind", "unbind", "new_id", "remove_id", "uevent"):

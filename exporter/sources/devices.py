@@ -44,10 +44,12 @@ from exporter.model.devices import (
     ProcessCreds,
     StateFileProblem,
     StateFileState,
+    UdevNodeVerdict,
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.sources.hostconfig import with_kfd_processes, with_udev
 from exporter.sources.probe import Prober
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
@@ -59,7 +61,13 @@ from exporter.watchdog.baseline import (
     build_baseline,
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
-from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+from exporter.watchdog.drift import (
+    EVENT_CONDITION_CLEARED,
+    UDEV_KINDS,
+    conditions_from_json,
+    conditions_to_json,
+    evaluate,
+)
 from exporter.watchdog.probe_verdict import compute_nodes
 
 if TYPE_CHECKING:
@@ -326,6 +334,7 @@ CONDITIONS_ACTIONS: dict[StateFileState, str] = {
     "unsaved": "condition start times are not kept across a restart: fix the owner and mode of --state.dir or "
     "free the disk",
 }
+UDEV_REFRESH_SECONDS = 600.0  # how often the rules are read again while the same node conditions hold
 EVENT_DRIFT_NOT_EVALUATED = "drift_not_evaluated"
 EVENT_DRIFT_RESUMED = "drift_evaluation_resumed"
 _NOT_EVALUATED = {
@@ -402,6 +411,10 @@ class DevicesSource:
         self._written: frozenset[tuple[str, str, float]] | None = None  # what conditions.json holds
         self._carried: dict[tuple[str, str], Condition] = {}  # baseline conditions not evaluated now
         self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
+        # what the udev rules give the nodes, read while a node condition in UDEV_KINDS holds, and for which ones
+        self._udev: tuple[UdevNodeVerdict, ...] = ()
+        self._udev_for: frozenset[tuple[str, str]] = frozenset()
+        self._udev_at = 0.0
         # what the identity files said (exporter.sources.sysfs.FixedValues), kept while their directories exist
         self._fixed: FixedValues | None = None
         # --devices.probe: open /dev/kfd and the render nodes KFD lists every collection (exporter.sources.probe)
@@ -543,7 +556,21 @@ class DevicesSource:
                     log.info(EVENT_BASELINE_CREATED, path=str(self._store.path), gpus=len(baseline.gpus))
                 self._stamp = None
         self._log_drift(baseline, problem)
-        conditions, events = evaluate(sysfs, devices, baseline, self._previous_for(baseline), now)
+        devices = with_kfd_processes(self._config, devices, baseline)  # only while a group's gid drifted
+        previous = self._previous_for(baseline)
+        if self._udev:
+            devices = replace(devices, udev=self._udev)
+        conditions, events = evaluate(sysfs, devices, baseline, previous, now)
+        wrong = frozenset(c.key for c in conditions if c.active and c.kind in UDEV_KINDS)
+        if not wrong:
+            self._udev, self._udev_for = (), frozenset()
+        elif wrong != self._udev_for or now - self._udev_at >= UDEV_REFRESH_SECONDS:
+            # a node's mode, owner or group is wrong: say which rule sets it. The rules are read only then, and
+            # again when other nodes go wrong or every UDEV_REFRESH_SECONDS (a host with 0666 render nodes keeps
+            # world_writable active for good: one walk of the rules per interval would be its idle cost).
+            devices = with_udev(self._config, replace(devices, udev=()))
+            self._udev, self._udev_for, self._udev_at = devices.udev, wrong, now
+            conditions, events = evaluate(sysfs, devices, baseline, previous, now)
         if baseline is not None and not created and self._auto.boots > 0:
             accepted = self._auto_accept(sysfs, devices, conditions, now)
             if accepted is not None:

@@ -41,6 +41,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import msgspec
+
 from exporter.config import Config
 from exporter.model.devices import (
     Baseline,
@@ -52,9 +54,12 @@ from exporter.model.devices import (
     StateFileProblem,
 )
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.hostconfig import HostInputs
 from exporter.model.probe import ProbeReport
 from exporter.sources import SourceError
+from exporter.sources.hostconfig import group_gid_changed, read_host_inputs, with_kfd_processes
 from exporter.sources.probe import Prober
+from exporter.watchdog import hostconfig
 from exporter.watchdog.baseline import BaselineStore
 from exporter.watchdog.commands import read_current
 from exporter.watchdog.drift import NODE_DRIFT_ATTRIBUTES, NODE_DRIFT_EXTRA, POLICY_KINDS, evaluate, hip_indices
@@ -69,7 +74,7 @@ from exporter.watchdog.preflight import (
 from exporter.watchdog.probe_verdict import compute_nodes, judge, kernel_cell
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
-VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+VISIBLE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 Ordered = Sequence[tuple[str, str | None]]  # (pci_bus, unique_id) in HIP/ROCr index order
 
@@ -114,13 +119,14 @@ def _apply(ordered: Ordered, spec: str, var: str, errors: list[str]) -> list[tup
 
 def select_visible(ordered: Ordered, environ: Mapping[str, str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     """The GPUs the HIP runtime would see: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
-    CUDA_VISIBLE_DEVICES when HIP's is unset) as indices into what ROCr kept."""
+    CUDA_VISIBLE_DEVICES when HIP's is unset, or GPU_DEVICE_ORDINAL, which HIP and OpenCL read, when both are)
+    as indices into what ROCr kept."""
     errors: list[str] = []
     selected = list(ordered)
     rocr = environ.get("ROCR_VISIBLE_DEVICES")
     if rocr is not None:
         selected = _apply(selected, rocr, "ROCR_VISIBLE_DEVICES", errors)
-    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ else "CUDA_VISIBLE_DEVICES"
+    hip_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in environ), "GPU_DEVICE_ORDINAL")
     hip = environ.get(hip_var)
     if hip is not None:
         selected = _apply(selected, hip, hip_var, errors)
@@ -375,9 +381,11 @@ def build_report(
     probe_not_run: str | None = None,
     extra: Sequence[Problem] = (),
     extra_notes: Sequence[str] = (),
+    host: HostInputs | None = None,
 ) -> dict[str, Any]:
     """The whole check as a JSON-able dict; ``exit_code`` says 0 or 1. Pure. ``probe``: the kernel's answers when
-    the nodes were opened; else ``probe_not_run`` says why not. ``extra``: the problems of ``HOST_CHECKS``."""
+    the nodes were opened; else ``probe_not_run`` says why not. ``extra``: the problems of ``HOST_CHECKS``.
+    ``host``: the host configuration to judge too (``exporter.watchdog.hostconfig``)."""
     problems: list[Problem] = []
     notes: list[str] = [*devices.warnings, *extra_notes]
     hip = hip_indices(sysfs)
@@ -579,7 +587,7 @@ def build_report(
             if answer is not None
             else None
         )
-    return {
+    report = {
         "ok": not ordered,
         "exit_code": EXIT_PROBLEMS if ordered else EXIT_OK,
         "process": {"euid": creds.euid, "egid": creds.egid, "groups": list(creds.groups)} if creds else None,
@@ -607,6 +615,9 @@ def build_report(
         "problems": [p.message for p in ordered],
         "notes": notes,
     }
+    if host is not None:
+        hostconfig.apply(report, host, sysfs, devices, environ, group_gid_changed(devices, baseline))
+    return report
 
 
 def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
@@ -642,12 +653,13 @@ def render_text(report: Mapping[str, Any], verbose: bool = False) -> str:
         env = ", ".join(f"{k}={vis[k]}" for k in VISIBLE_VARS if k in vis)
         sel = ", ".join(f"{s['index']}={s['pci_bus']}" for s in vis.get("selected", [])) or "none"
         lines.append(f"visible devices ({env}): {sel}")
+    lines.extend(hostconfig.render_lines(report))
     b = report["baseline"]
     if b["present"]:
         stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(b["created"]))
         boot = "this boot" if b["same_boot"] else "an earlier boot" if b["same_boot"] is False else "boot unknown"
         lines.append(f"baseline: {b['path']} accepted {stamp} ({boot})")
-    by_message = {c["message"]: c for c in report["causes"]}
+    by_message = {c["message"]: c for c in [*report["causes"], *(report.get("host_config") or {}).get("causes", [])]}
     for title, items in (("problems", problems), ("notes", report["notes"])):
         if not items:
             continue
@@ -748,6 +760,9 @@ def run_check(
         return EXIT_ERROR
     store = BaselineStore(config.state_dir)
     baseline, state_problem = store.load(move_corrupt=False)
+    devices = with_kfd_processes(config, devices, baseline)
+    host = read_host_inputs(config, devices)
+    devices = msgspec.structs.replace(devices, udev=hostconfig.udev_verdicts(host.udev, devices))
     answers: ProbeReport | None = None
     not_run: str | None = None
     if creds is not None:
@@ -773,6 +788,7 @@ def run_check(
         not_run,
         extra,
         extra_notes,
+        host,
     )
     print(json.dumps(report, indent=2) if as_json else render_text(report, verbose))
     return int(report["exit_code"])

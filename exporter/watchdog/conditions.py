@@ -23,7 +23,7 @@ import msgspec
 
 from exporter.model.devices import Severity
 
-Scope = Literal["gpu", "node", "group", "drm"]
+Scope = Literal["gpu", "node", "group", "drm", "process"]
 
 ALERT_GENERIC = "RocmDeviceCondition"
 
@@ -96,6 +96,15 @@ KINDS: MappingProxyType[str, ConditionKind] = MappingProxyType(
             True,
             "give containers the new gid: `docker run --group-add {now}`, Kubernetes "
             "`securityContext.supplementalGroups: [{now}]`; then " + _ACCEPT,
+            "RocmRenderGroupGidChanged",
+        ),
+        # a consequence of group_gid_drift only (subject: "pid <pid>"): it alerts through its cause
+        "process_lost_group": ConditionKind(
+            "critical",
+            "process",
+            False,
+            "restart the workload (pid {pid}, {name}) with the new gid: `docker run --group-add {gid}`, Kubernetes "
+            "`securityContext.supplementalGroups: [{gid}]` (a running process keeps the groups it started with)",
             "RocmRenderGroupGidChanged",
         ),
         "drm_device_added": ConditionKind("warning", "drm", True, _RESTART_PINNED),

@@ -546,6 +546,52 @@ def _attribute_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) 
             f.message += f" ({len(affected)} device nodes affected)"
 
 
+def _attribute_lost_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) -> None:
+    """A process keeps the supplementary groups it started with: after a host group's gid changed, each running KFD
+    process (``devices.kfd_processes``, read only then) that lacks the new gid of a node it needs is a consequence
+    of the change, named by pid, process name and pod."""
+    for (kind, group), f in list(c.found.items()):
+        if kind != "group_gid_drift" or not f.active:
+            continue
+        old = dict(baseline.groups).get(group)
+        new = devices.host_gid(group)
+        renders = [n for n in devices.nodes if n.kind == "render" and n.exists]
+        kfd = devices.node(KFD_PATH)
+        needed = [n for n in ([kfd] if kfd is not None and kfd.exists else []) + renders]
+        # the nodes this group opens: their gid is the new one and "other" alone would not let the process in
+        gated = [n.path for n in needed if n.gid == new and new is not None and (n.mode or 0) & 0o006 != 0o006]
+        if not gated:
+            continue
+        lost: list[str] = []
+        for p in devices.kfd_processes:
+            if p.groups is None or p.uid == 0 or new in p.groups or p.gid == new:
+                continue
+            subject = f"pid {p.pid}"
+            who = f"pid {p.pid} ({p.name or '?'}" + (f", pod {p.pod_uid}" if p.pod_uid else "") + ")"
+            kept = old is not None and old in p.groups
+            c.add(
+                "process_lost_group",
+                subject,
+                True,
+                f"{who} runs without the {group} group's new gid {new}"
+                + (f" (it still has the old gid {old})" if kept else "")
+                + f": it cannot open {', '.join(gated)} again (a new process or a re-initialised runtime fails)",
+                pid=p.pid,
+                name=p.name,
+                pod_uid=p.pod_uid,
+                container_id=p.container_id,
+                group=group,
+                gid=new,
+                old_gid=old,
+                groups=",".join(map(str, p.groups)),
+            )
+            if c.caused_by(("process_lost_group", subject), (kind, group)):
+                lost.append(who)
+        if lost:
+            f.details["processes"] = ", ".join(lost)
+            f.message += f"; {len(lost)} running GPU process(es) lost the group: " + ", ".join(lost)
+
+
 # Node conditions that one change makes on many nodes at once (a lost udev rule): the same kind with the same
 # values is one condition on the first node, the others its consequences.
 _SAME_CHANGE = {
@@ -603,6 +649,38 @@ def _attribute_node_groups(c: _Checks, devices: DevicesSnapshot) -> None:
         if path == KFD_PATH or (node is not None and str(node.gid) in odd):
             c.caused_by(split, root)
             return
+
+
+# Node conditions a udev rule decides: each names what the rules give the node and the file and line that set it
+# (``devices.udev``, read by check, and by the devices source only while one of these holds).
+UDEV_KINDS = frozenset(
+    {
+        "mode_drift",
+        "uid_drift",
+        "gid_drift",
+        "world_writable",
+        "group_not_render_or_video",
+        "gid_has_no_name",
+        "kfd_render_group_split",
+        "mode_inconsistent",
+        "group_inconsistent",
+    }
+)
+
+
+def _attribute_udev(c: _Checks, devices: DevicesSnapshot) -> None:
+    if not devices.udev:
+        return
+    for (kind, path), f in c.found.items():
+        if kind not in UDEV_KINDS or not f.active:
+            continue
+        v = devices.udev_verdict(path)
+        if v is None:
+            continue
+        f.details["udev_gives"] = v.gives
+        f.details["udev_rule"] = v.sources or "none"
+        f.details["udev_cause"] = v.cause
+        f.message += f" (udev: {v.summary()})"
 
 
 def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
@@ -693,9 +771,11 @@ def evaluate(
         _attribute_partitions(c, sysfs, baseline)
         _attribute_nodes(c, sysfs, baseline)
         _attribute_groups(c, devices, baseline)
+        _attribute_lost_groups(c, devices, baseline)
         _attribute_renumbering(c)
     _attribute_same_change(c)
     _attribute_node_groups(c, devices)
+    _attribute_udev(c, devices)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
 
 
