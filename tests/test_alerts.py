@@ -392,6 +392,39 @@ def cases() -> list[dict[str, Any]]:
             ],
         },
         {
+            # What the exporter exports in each case (tests/test_smi_auto.py): neither tool installed is
+            # rocm_watchdog_source_absent{source="smi"} and no up series for the tools; a broken rocm-smi is up 0.
+            "name": "a node without either smi tool does not page; an installed tool that fails does",
+            "interval": "1m",
+            "input_series": [
+                HOST_INFO | {"values": "1x30"},
+                series("rocm_watchdog_source_up", "1x30", source="sysfs"),
+                series("rocm_watchdog_source_absent", "1x30", source="smi"),
+                series("rocm_watchdog_source_failures_total", "0x30", source="amd-smi"),
+                series("rocm_watchdog_source_failures_total", "0x30", source="rocm-smi"),
+                {
+                    "series": 'rocm_watchdog_host_info{instance="n2:9862",job="rocm-watchdog",nodename="gpu-node-2"}',
+                    "values": "1x30",
+                },
+                {
+                    "series": 'rocm_watchdog_source_up{instance="n2:9862",job="rocm-watchdog",source="rocm-smi"}',
+                    "values": "0x30",
+                },
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "20m",
+                    "alertname": "RocmWatchdogSourceFailing",
+                    "exp_alerts": [
+                        expect(
+                            "RocmWatchdogSourceFailing", source="rocm-smi", instance="n2:9862", nodename="gpu-node-2"
+                        )
+                    ],
+                },
+                {"eval_time": "20m", "alertname": "RocmWatchdogSourceStale", "exp_alerts": []},
+            ],
+        },
+        {
             "name": "a state file the exporter may not read",
             "interval": "1m",
             "input_series": [
@@ -502,7 +535,6 @@ def test_every_alert_has_a_unit_test() -> None:
         "RocmDisplayTimeout",
         "RocmPcieAerCorrectedErrorsHigh",
         "RocmKernelLogRecordsLost",
-        "RocmWatchdogSourceFailing",
         "RocmWatchdogStateFileCorrupt",
         "RocmWatchdogStateNotSaved",
     }
