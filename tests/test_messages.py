@@ -72,6 +72,23 @@ def test_output_that_is_a_directory_or_under_a_file(root: FakeRoot, tmp_path: Pa
     assert "invalid configuration" not in proc.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_output_in_a_directory_this_user_may_not_write(root: FakeRoot, tmp_path: Path) -> None:
+    """A directory of another user, written by root without CAP_DAC_OVERRIDE: what any user without write
+    access gets from the kernel."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o755)
+    os.chown(closed, 65534, 65534)
+    without = ("setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override")
+    proc = run(["once", "--output", str(closed / "x.prom"), *host_flags(root), *QUIET], prefix=without)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"rocm-watchdog once: cannot write --output {closed / 'x.prom'}: Permission denied: the directory {closed} "
+        "must be writable by this user\n"
+    ), proc.stderr
+    assert list(closed.iterdir()) == []  # no temp file left
+
+
 def test_a_port_in_use_is_not_invalid_configuration(root: FakeRoot) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
