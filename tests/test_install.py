@@ -348,6 +348,19 @@ def test_a_wheelhouse_installs_with_no_package_index(tmp_path: Path, home: Path)
     assert (home / ".local" / "share" / "rocm-watchdog" / "bin" / "rocm-watchdog").exists()
 
 
+def test_dry_runs_of_download_and_wheelhouse_print_their_steps(tmp_path: Path, home: Path) -> None:
+    wheels = tmp_path / "wheels"
+    env = base_env(home, ROCM_WATCHDOG_RUN_SYSTEMD=str(home / "nowhere"), PATH=SYSTEM_PATH, TMPDIR=str(tmp_path))
+    made = install("--dry-run", "--download", str(wheels), env=env)
+    assert made.returncode == 0, made.stderr
+    commands = commands_of(made.stdout)
+    assert commands[1].endswith(f"/bin/pip wheel -q --wheel-dir {wheels} {PROJECT}[kubernetes]"), commands
+    used = install("--dry-run", "--foreground-as-root", "--wheelhouse", str(wheels), env=env)
+    assert used.returncode == 0, used.stderr
+    assert f"pip install -q --no-index --find-links {wheels} rocm-watchdog" in used.stdout
+    assert not wheels.exists() and list(home.iterdir()) == []
+
+
 def test_a_wheelhouse_without_the_project_is_refused(tmp_path: Path, home: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
