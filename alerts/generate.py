@@ -3,8 +3,11 @@
 ``python alerts/generate.py`` rewrites ``alerts/rocm-watchdog.rules.yml`` (the rules every deployment loads) and
 ``alerts/rocm-watchdog-coverage.rules.yml`` (optional: a GPU node whose exporter is missing altogether).
 ``--selector`` sets the label selector of the exporter's series (default ``job="rocm-watchdog"``), as a mixin's
-config would, and ``--output-dir`` writes elsewhere; tests/test_alerts.py fails when the shipped files differ
-from what this script makes with the defaults.
+config would, and ``--output-dir`` writes elsewhere. ``--runbook-url`` points every alert at another copy of the
+runbooks (a fork, an internal wiki: ``URL#<alert>``, or ``{alert}`` in the URL for a page per alert) and
+``--grafana-url`` makes ``dashboard_url`` an absolute link to that Grafana (a relative ``/d/<uid>`` is no link in
+a chat or mail notification). tests/test_alerts.py fails when the shipped files differ from what this script makes
+with the defaults.
 
 One source of truth: severities and alert names of device conditions come from
 ``exporter.watchdog.conditions.KINDS`` (the table ``check`` and ``rocm_device_condition`` use), severities of
@@ -53,6 +56,18 @@ COVERAGE_HEADER = """\
 """
 
 
+def runbook_url(base: str, alert: str) -> str:
+    """``base#<alert>`` (the anchors of docs/runbooks.md), or ``base`` with ``{alert}`` replaced (a page each)."""
+    anchor = alert.lower()
+    return base.replace("{alert}", anchor) if "{alert}" in base else f"{base}#{anchor}"
+
+
+def _absolute_url(value: str) -> str:
+    if not value.startswith(("https://", "http://")) or len(value.split("/")) < 3 or not value.split("/")[2]:
+        raise argparse.ArgumentTypeError(f"expected an absolute http(s) URL, got {value!r}")
+    return value
+
+
 @dataclass
 class Alert:
     name: str
@@ -67,7 +82,7 @@ class Alert:
     dashboard: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
 
-    def rule(self) -> dict[str, Any]:
+    def rule(self, runbooks: str = RUNBOOKS, grafana: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_:
             out["for"] = self.for_
@@ -77,10 +92,10 @@ class Alert:
         annotations = {
             "summary": self.summary,
             "description": self.description,
-            "runbook_url": f"{RUNBOOKS}#{self.name.lower()}",
+            "runbook_url": runbook_url(runbooks, self.name),
         }
         if self.dashboard:
-            annotations["dashboard_url"] = f"/d/{self.dashboard}"
+            annotations["dashboard_url"] = f"{grafana.rstrip('/')}/d/{self.dashboard}"
         out["annotations"] = annotations
         return out
 
@@ -558,16 +573,17 @@ def coverage_alerts(r: Rules) -> list[tuple[str, Alert]]:
     ]
 
 
-def render(selector: str = DEFAULT_SELECTOR) -> dict[str, str]:
-    """File name -> text."""
+def render(selector: str = DEFAULT_SELECTOR, runbooks: str = RUNBOOKS, grafana: str = "") -> dict[str, str]:
+    """File name -> text. ``runbooks``: the runbook page (or a URL with ``{alert}``); ``grafana``: the Grafana base
+    URL that makes ``dashboard_url`` absolute ("" keeps ``/d/<uid>``)."""
     r = Rules(selector)
     groups = [
         ("rocm-watchdog-devices", device_alerts(r)),
         ("rocm-watchdog-kernel", kernel_alerts(r)),
         ("rocm-watchdog-self", self_alerts(r)),
     ]
-    main = {"groups": [{"name": name, "rules": [a.rule() for a in alerts]} for name, alerts in groups]}
-    coverage = {"groups": [{"name": name, "rules": [a.rule()]} for name, a in coverage_alerts(r)]}
+    main = {"groups": [{"name": name, "rules": [a.rule(runbooks, grafana) for a in alerts]} for name, alerts in groups]}
+    coverage = {"groups": [{"name": name, "rules": [a.rule(runbooks, grafana)]} for name, a in coverage_alerts(r)]}
     return {
         "rocm-watchdog.rules.yml": HEADER + _dump(main),
         "rocm-watchdog-coverage.rules.yml": COVERAGE_HEADER + _dump(coverage),
@@ -594,8 +610,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--selector", default=DEFAULT_SELECTOR, help=f"the exporter's series [{DEFAULT_SELECTOR}]")
     parser.add_argument("--output-dir", type=Path, default=HERE, help="where to write the rule files [alerts/]")
+    parser.add_argument(
+        "--runbook-url",
+        type=_absolute_url,
+        default=RUNBOOKS,
+        metavar="URL",
+        help="the runbooks each alert links: URL#<alert name, lower case>, or URL with {alert} in it for a page per "
+        f"alert [{RUNBOOKS}]",
+    )
+    parser.add_argument(
+        "--grafana-url",
+        type=_absolute_url,
+        default=None,
+        metavar="URL",
+        help="Grafana's base URL (where dashboards/*.json are imported): dashboard_url becomes URL/d/<uid>, a link "
+        "in any notification [none: a relative /d/<uid>]",
+    )
     args = parser.parse_args(argv)
-    for name, text in render(args.selector).items():
+    for name, text in render(args.selector, args.runbook_url, args.grafana_url or "").items():
         (args.output_dir / name).write_text(text)
     return 0
 

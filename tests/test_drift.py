@@ -277,6 +277,9 @@ def test_scenario_starts_once_and_clears(scenario: str, key: tuple[str, str]) ->
     assert key not in active(fixed)
     cleared = [e for e in events3 if (e.kind, e.subject) == key]
     assert [e.event for e in cleared] == [EVENT_CONDITION_CLEARED]
+    # what it is now, not the start message again; that one is kept as ``was``
+    assert cleared[0].message != started[0].message and "now" in cleared[0].message, cleared[0].message
+    assert dict(cleared[0].fields) == {"was": started[0].message}
     was = next((c for c in fixed if c.key == key), None)
     assert was is None or was.since == T2 + 15
 
@@ -336,7 +339,13 @@ def test_condition_that_is_no_longer_evaluated_clears() -> None:
     # the baseline becomes unreadable: drift is no longer evaluated, so it must not stay active forever
     after, events = evaluate(moved, devices, None, conds, T2)
     assert ("render_renumbered", A) not in active(after)
-    assert [e.event for e in events if e.kind == "render_renumbered"] == [EVENT_CONDITION_CLEARED]
+    (cleared,) = [e for e in events if e.kind == "render_renumbered"]
+    assert cleared.event == EVENT_CONDITION_CLEARED
+    assert cleared.message == (
+        f"render_renumbered of {A} cleared: it is not evaluated now (its GPU or device node is gone, or no baseline)"
+    )
+    assert dict(cleared.fields)["was"] == next(c for c in conds if c.key == ("render_renumbered", A)).message
+    assert "now" not in dict(cleared.fields)  # the start's "now" (130) is not what it is now
 
 
 def test_group_rules_skipped_without_host_group_file() -> None:

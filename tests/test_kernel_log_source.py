@@ -476,6 +476,8 @@ def test_an_unwritable_state_dir_keeps_counting_and_says_so(host: Host, fifo: Fi
     assert counts(second) == {(A, "gpu_reset_begin"): 2}  # counting goes on from memory
     assert first.cursor_unsaved and second.cursor_unsaved
     assert [e["event"] for e in logs].count("state_write_failed") == 1  # said once, not every interval
+    (failed,) = [e for e in logs if e["event"] == "state_write_failed"]
+    assert "--state.dir" in failed["action"]  # what to do, as the other two state files say
     state_dir.unlink()
     state_dir.mkdir()
     with structlog.testing.capture_logs() as logs:

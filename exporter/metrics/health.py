@@ -34,6 +34,11 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
             last_success.add_metric([name], health.last_success)
         stale.add_metric([name], 0 if health.fresh(view.now) else 1)
     yield from (up, duration, last_success, failures, stale)
+    if view.absent:
+        absent = new_family(names.SOURCE_ABSENT)
+        for label in sorted(view.absent):
+            absent.add_metric([label], 1)
+        yield absent
     info = build_info()
     build = new_family(names.BUILD_INFO)
     build.add_metric([info.version, info.revision, info.branch, info.python_version], 1)

@@ -440,6 +440,12 @@ SOURCE_LAST_SUCCESS = Spec(
     ("source",),
 )
 SOURCE_FAILURES = Spec("rocm_watchdog_source_failures_total", "Failed runs of the source", ("source",), "counter")
+SOURCE_ABSENT = Spec(
+    "rocm_watchdog_source_absent",
+    "1 while nothing the source reads is installed (smi: --smi.backend=auto with neither amd-smi nor rocm-smi; "
+    "GPUs are read from sysfs only): a state, not a failure, so the tools have no up series",
+    ("source",),
+)
 SOURCE_STALE = Spec(
     "rocm_watchdog_source_stale",
     "1 when the source's last success is too old and its values are no longer exported",

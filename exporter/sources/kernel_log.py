@@ -38,6 +38,12 @@ from exporter.watchdog.kernel_rules import KernelRules, load_rules
 log = get_logger("kernel-log")
 
 CURSOR_FILE = "kernel-log-cursor.json"
+# What the operator does when the cursor cannot be written (the ``action`` of state_write_failed, as the other
+# state files' lines have one).
+CURSOR_UNSAVED_ACTION = (
+    "counting goes on in memory; what was counted since the last save is not kept across a restart (exactly-once "
+    "is lost): fix the owner and mode of --state.dir (writable by the exporter's user) or free the disk"
+)
 CURSOR_VERSION = 1
 MAX_WARNINGS = 20
 # A FIFO nobody writes to reads as end of file. Briefly normal (the kmsg-relay reconnects after the exporter
@@ -513,7 +519,13 @@ class KernelLogSource:
             # when it recovers, and in rocm_watchdog_state_file_unsaved.
             error = f"{exc.strerror or exc}"
             if self._unsaved_error != error:
-                log.error("state_write_failed", file=CURSOR_FILE, path=str(self.cursor_path), error=error)
+                log.error(
+                    "state_write_failed",
+                    file=CURSOR_FILE,
+                    path=str(self.cursor_path),
+                    error=error,
+                    action=CURSOR_UNSAVED_ACTION,
+                )
             self._unsaved_error = error
             self._persisted_at = time.monotonic()  # tried: again in PERSIST_EVERY_SECONDS, not in a busy loop
             return

@@ -733,21 +733,37 @@ def _transitions(
             name = EVENT_CONDITION_STARTED if f.active else EVENT_CONDITION_CLEARED
             if f.active and kind == "unique_id_changed":
                 name = EVENT_HARDWARE_CHANGED
-            msg = f.message if f.active else (p.message if p else "")
-            fields = details or (p.details if p else ())
             was = cause if f.active else (p.cause if p else None)
-            events.append(WatchEvent(name, kind, subject, now, severity, msg, fields, gpu, was))
+            if f.active:
+                events.append(WatchEvent(name, kind, subject, now, severity, f.message, details, gpu, was))
+            else:  # what it is now; the start message as ``was`` (its details are the start line's)
+                msg, fields = _cleared(kind, subject, p, evaluated=True)
+                events.append(WatchEvent(name, kind, subject, now, severity, msg, fields, gpu, was))
     for key, p in prev.items():
         if key in found or not p.active:
             continue
         # no longer evaluated (the GPU or node is gone, or the baseline is): it no longer holds
         conditions.append(Condition(p.kind, p.subject, False, now, p.severity, pci_bus=p.pci_bus))
+        msg, fields = _cleared(p.kind, p.subject, p, evaluated=False)
         events.append(
-            WatchEvent(
-                EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, p.message, p.details, p.pci_bus, p.cause
-            )
+            WatchEvent(EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, msg, fields, p.pci_bus, p.cause)
         )
     return tuple(conditions), tuple(events)
+
+
+def _cleared(
+    kind: str, subject: str, previous: Condition | None, evaluated: bool
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The message of a ``device_condition_cleared`` event, saying what holds now, and its fields: ``was``, the
+    message the condition started with."""
+    if not evaluated:
+        text = f"{kind} of {subject} cleared: it is not evaluated now (its GPU or device node is gone, or no baseline)"
+    elif CONDITION_KINDS[kind].baseline:
+        text = f"{kind} of {subject} cleared: it agrees with the baseline now"
+    else:
+        text = f"{kind} of {subject} cleared: the check passes now"
+    was = previous.message if previous is not None else ""
+    return text, (("was", was),) if was else ()
 
 
 def evaluate(
