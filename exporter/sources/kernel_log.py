@@ -235,6 +235,7 @@ class KernelLogSource:
         self._backlog_bytes = 0  # read since the reader last found nothing new
         self._persisted_at: float | None = None  # time.monotonic() of the last cursor write
         self._watch: FileWatch | None = None
+        self._unread_seen: tuple[int, int, int] | None = None  # what wait() last saw unread (FileFollower.unread)
 
     # -- set-up -------------------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -495,6 +496,12 @@ class KernelLogSource:
                 timeout = min(timeout, FALLBACK_POLL_SECONDS)
             else:
                 fds.append(watch_fd)
+            # Armed first, then looked at: a write before the arming is seen here, one after it wakes the poll. The
+            # same unread state twice (a file the follower does not switch to yet) waits for the watch, not a spin.
+            unread = reader.unread()
+            if unread is not None and unread != self._unread_seen:
+                timeout = 0.0
+            self._unread_seen = unread
         wait_readable(fds, timeout)
         if self._watch is not None:
             self._watch.drain()
