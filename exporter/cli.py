@@ -826,9 +826,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     try:
         result: dict[str, Any]
         if kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
-            from exporter.parsers.gpu_metrics import parse_gpu_metrics
+            from exporter.parsers.gpu_metrics import parse_gpu_metrics_capture
 
-            result = parse_gpu_metrics(data).to_json()
+            result = parse_gpu_metrics_capture(data).to_json()
         elif kind == "rocm-smi":
             from exporter.parsers.rocm_smi import parse_rocm_smi
 
