@@ -322,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
     _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
+    capture = sub.add_parser("capture", help="what a bug report needs, redacted, in one text archive (--output FILE)")
+    _add_config_flags(capture, frozenset({"once"}))  # once's flags: it runs the sources as once does
+    capture.add_argument("--output", type=Path, help="the archive to write (ttar text; atomically)")
     check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
     _add_config_flags(check, frozenset({"check"}))
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
@@ -666,6 +669,10 @@ def _run(args: argparse.Namespace | None, problems: list[str]) -> int:
             return cmd_parse(args)
         if args.command == "kmsg-relay":
             return cmd_kmsg_relay(args)
+        if args.command == "capture":
+            from exporter.capture import cmd_capture_args
+
+            return cmd_capture_args(args)
         return cmd_prepare_state(args)
     command = command_key(args)
     try:
@@ -824,6 +831,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print(f"rocm-watchdog parse {kind}: {name} is empty: not a capture of {_CAPTURE_OF[kind]}", file=sys.stderr)
         return ExitCode.PROBLEMS
     try:
+        from exporter.fakehost.from_capture import capture_input  # a `rocm-watchdog capture` archive: its part
+
+        data = capture_input(kind, data) or data
         result: dict[str, Any]
         if kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
             from exporter.parsers.gpu_metrics import parse_gpu_metrics_capture

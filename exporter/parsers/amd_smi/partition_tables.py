@@ -131,8 +131,9 @@ def scan_partition(lines: Sequence[str], i: int, out: _Builder) -> tuple[int, bo
     return i, positional
 
 
-def _interpret(title: str, names: Sequence[str], header_line: int, rows: Sequence[tuple[int, dict[str, str]]],
-               out: _Builder) -> bool:
+def _interpret(
+    title: str, names: Sequence[str], header_line: int, rows: Sequence[tuple[int, dict[str, str]]], out: _Builder
+) -> bool:
     if "GPU_ID" not in names:
         return False  # ACCELERATOR_PARTITION_RESOURCES: resources of the profiles, no GPU
     current: int | None = None
