@@ -288,7 +288,7 @@ def test_a_flag_of_another_command_is_refused(host: Host) -> None:
         "--web.listen-address: not a flag of once; it applies to serve"
     ]
     assert problems_of(run(["check", "--kernel-log.path=/dev/kmsg", *host.paths])) == [
-        "--kernel-log.path: not a flag of check; it applies to once and serve"
+        "--kernel-log.path: not a flag of check; it applies to capture and once and serve"
     ]
     assert problems_of(run(["baseline", "show", "--path.rootfs=/", f"--state.dir={host.root.state_dir}"])) == [
         "--path.rootfs: applies to baseline accept, check, once and serve, not baseline show"
