@@ -4,6 +4,7 @@ docs/amd-smi-formats.md), and unique ids in every form the tools print (tests/da
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,23 @@ def test_parse_cli_reads_the_partition_captures() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert [g["memory_partition"] for g in json.loads(proc.stdout)["gpus"]] == ["NPS1"] * 4
+
+
+def test_rocm_gpu_info_carries_the_canonical_id_of_a_bare_hex_tool(tmp_path: Path) -> None:
+    """No sysfs: the id comes from the tool, in the form sysfs and the baseline use."""
+    sys.path.insert(0, str(PROJECT / "tests"))
+    from stubs import rocm_smi_stub
+
+    capture = DATA / "rocm-smi" / "json_vega20-2gpu_bare-hex-unique-id_microsoft-pai.json"
+    stub = rocm_smi_stub(tmp_path / "bin", capture)
+    (tmp_path / "state").mkdir()
+    argv = [
+        sys.executable, "-m", "exporter", "once",
+        "--path.rootfs", str(tmp_path), "--state.dir", str(tmp_path / "state"),
+        "--smi.backend", "rocm-smi", "--rocm-smi.path", str(stub.path), "--amd-smi.path", str(tmp_path / "none"),
+        "--no-collector.sysfs", "--no-collector.devices", "--no-collector.kernel-log", "--no-collector.processes",
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    ids = sorted(set(re.findall(r'rocm_gpu_info\{[^}]*unique_id="([^"]*)"', proc.stdout)))
+    assert ids == ["0x249220e172fc1a88", "0x7c96610172fc1a8d"], proc.stdout[:2000]
