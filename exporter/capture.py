@@ -50,6 +50,7 @@ from exporter.fakehost.ttar import Entry, write_ttar
 from exporter.sources.runner import CommandResult, run
 
 READ_TIMEOUT_SECONDS = 2.0  # one sysfs file; a GPU stuck in a reset can block a read for minutes
+READ_BUDGET_SECONDS = 60.0  # every file together: past it, what is left is listed as not read
 MAX_FILE_BYTES = 4 << 20
 MAX_FILES = 20000
 MAX_KERNEL_LOG_BYTES = 32 << 20
@@ -282,6 +283,8 @@ class _Tree:
         self.prefix = prefix
         self.entries: dict[str, Entry] = {}
         self.problems: list[str] = []
+        self.deadline = time.monotonic() + READ_BUDGET_SECONDS
+        self.blocked: set[str] = set()  # directories where a read blocked: the rest of them is not tried
 
     def rel(self, path: str) -> str | None:
         real_parent = os.path.realpath(os.path.dirname(path))
@@ -332,9 +335,16 @@ class _Tree:
                         continue
                     self.add(full, depth - 1)
         elif stat.S_ISREG(st.st_mode) and not _SKIP_NAMES.match(name) and archive_path not in self.entries:
+            parent = os.path.dirname(archive_path)
+            if parent in self.blocked or time.monotonic() > self.deadline:
+                why = "a read in this directory blocked" if parent in self.blocked else "the read budget is spent"
+                self.problems.append(f"{archive_path}: not read ({why})")
+                return archive_path
             data, problem = _read_bounded(path)
             if data is None:
                 self.problems.append(f"{archive_path}: not read ({problem})")
+                if problem is not None and problem.startswith("read blocked"):
+                    self.blocked.add(parent)
             else:
                 self.entries[archive_path] = Entry(archive_path, "file", stat.S_IMODE(st.st_mode), data=data)
         return archive_path

@@ -232,3 +232,23 @@ def test_parse_says_what_an_archive_lacks(tmp_path: Path) -> None:
 def test_capture_needs_an_output() -> None:
     proc = _run("capture")
     assert proc.returncode == 2 and "--output FILE is required" in proc.stderr
+
+
+def test_a_read_that_blocks_costs_the_read_timeout_and_is_reported(tmp_path: Path) -> None:
+    """A FIFO without a writer blocks open() as a hung GPU's sysfs file blocks read(): the capture moves on."""
+    import time
+
+    from exporter.capture import READ_TIMEOUT_SECONDS, _read_bounded
+
+    fifo = tmp_path / "gpu_metrics"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    data, problem = _read_bounded(str(fifo))
+    took = time.monotonic() - started
+    assert data is None and problem is not None and problem.startswith("read blocked")
+    assert READ_TIMEOUT_SECONDS <= took < READ_TIMEOUT_SECONDS + 30  # a failure guard only
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # let the abandoned reader go (it reads end of file)
+    os.close(writer)
+    regular = tmp_path / "unique_id"
+    regular.write_text("5a4ad1c2a8ba3e1f\n")
+    assert _read_bounded(str(regular)) == (b"5a4ad1c2a8ba3e1f\n", None)

@@ -115,8 +115,8 @@ def test_json_values_match_the_raw_keys(path: Path) -> None:
     for g in report.gpus:
         # keys as any release printed them: older rocm-smi wrote "vram Total Memory (B)" (microsoft/pai's capture)
         lower = {k.lower(): v for k, v in cards[g.index].items()}
-        keys = ("PCI Bus", "VRAM Total Memory (B)", "VRAM Total Used Memory (B)")
-        keys += ("(Topology) Numa Node", "(Topology) Numa Affinity")
+        keys = ["PCI Bus", "VRAM Total Memory (B)", "VRAM Total Used Memory (B)"]
+        keys += ["(Topology) Numa Node", "(Topology) Numa Affinity"]
         card = {k: lower[k.lower()] for k in keys if k.lower() in lower}
         assert g.pci_bus == card["PCI Bus"].lower()
         assert g.vram_total_bytes == number(card.get("VRAM Total Memory (B)"))
