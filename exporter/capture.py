@@ -810,9 +810,9 @@ def cmd_capture(config: Config, output: Path | None, argv: Sequence[str]) -> int
         return 2
     redacted = {k: v["distinct_values"] for k, v in capture.redactor.report().items() if v["distinct_values"]}
     summary = ", ".join(f"{n} {kind}(s)" for kind, n in redacted.items()) or "nothing"
-    print(f"rocm-watchdog capture: wrote {output} ({len(capture.archive)} bytes); redacted {summary}", file=sys.stderr)
+    print(f"rocm-watchdog capture: wrote {output} ({len(capture.archive)} bytes); redacted {summary}")
     for note in capture.notes:
-        print(f"  note: {note}", file=sys.stderr)
+        print(f"  note: {note}")
     return 0
 
 

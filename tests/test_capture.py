@@ -139,7 +139,7 @@ def test_capture_rebuilds_a_host_that_exports_the_same(tmp_path: Path) -> None:
     audit = tmp_path / "audit.json"
     proc = _run("capture", "--output", str(archive), *flags, audit=audit)
     assert proc.returncode == 0, proc.stderr
-    assert "redacted" in proc.stderr and str(archive) in proc.stderr
+    assert "redacted" in proc.stdout and str(archive) in proc.stdout
     data = archive.read_bytes()
 
     # It opened no GPU node, and wrote nothing but its output (and the output's temp file beside it).

@@ -110,6 +110,7 @@ def cases(h: Host) -> dict[str, list[list[str]]]:
     """Each README command as concrete runs over the fake host (serve: tests below, it does not end by itself)."""
     return {
         "once": [["once", *h.collect]],
+        "capture": [["capture", f"--output={h.root.root.parent / 'capture.ttar'}", *h.collect]],
         "check": [["check", *h.paths], ["check", "--json", *h.paths]],
         "parse": [["parse", kind, str(path)] for kind, path in CAPTURES.items()],
         "baseline": [["baseline", "show", f"--state.dir={h.root.state_dir}"], ["baseline", "accept", *h.paths]],
