@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.inventory import canonical_unique_id
 from exporter.model.smi import SmiGpu
@@ -212,3 +214,28 @@ def test_rocm_gpu_info_carries_the_canonical_id_of_a_bare_hex_tool(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     ids = sorted(set(re.findall(r'rocm_gpu_info\{[^}]*unique_id="([^"]*)"', proc.stdout)))
     assert ids == ["0x249220e172fc1a88", "0x7c96610172fc1a8d"], proc.stdout[:2000]
+
+
+_MODES = st.sampled_from(["SPX", "DPX", "TPX", "QPX", "CPX"])
+_NPS = st.sampled_from(["NPS1", "NPS2", "NPS4", "NPS8"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_NPS, _MODES, st.integers(0, 7) | st.none()), min_size=1, max_size=12),
+    gap=st.integers(2, 9),
+    warn=st.booleans(),
+)
+def test_current_partition_tables_of_any_width(rows: list[tuple[str, str, int | None]], gap: int, warn: bool) -> None:
+    """The table amd-smi pads to its widest cell, with any padding, after a star box or not: the same GPUs."""
+    header = ["GPU_ID", "MEMORY", "ACCELERATOR_TYPE", "ACCELERATOR_PROFILE_INDEX", "PARTITION_ID"]
+    cells = [[str(i), nps, mode, "3", "N/A" if pid is None else str(pid)] for i, (nps, mode, pid) in enumerate(rows)]
+    widths = [max(len(r[k]) for r in [header, *cells]) + gap for k in range(len(header))]
+    lines = ["CURRENT_PARTITION:"]
+    if warn:
+        lines += ["", "*" * 30, "** WARNING: something   **", "*" * 30, ""]
+    lines += ["".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *cells]]
+    report = parse_amd_smi("\n".join(lines) + "\n")
+    expected = [(i, pid, mode, nps) for i, (nps, mode, pid) in enumerate(rows)]
+    assert modes(list(report.gpus)) == expected
+    assert list(report.warnings) == (["WARNING: something"] if warn else [])
