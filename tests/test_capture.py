@@ -252,3 +252,24 @@ def test_a_read_that_blocks_costs_the_read_timeout_and_is_reported(tmp_path: Pat
     regular = tmp_path / "unique_id"
     regular.write_text("5a4ad1c2a8ba3e1f\n")
     assert _read_bounded(str(regular)) == (b"5a4ad1c2a8ba3e1f\n", None)
+
+
+def test_an_archive_cannot_write_out_of_its_root_through_its_own_links(tmp_path: Path) -> None:
+    from exporter.fakehost.ttar import Entry, write_ttar
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    archive = write_ttar(
+        [
+            Entry("root/sys/escape", "link", target=str(outside)),
+            Entry("root/sys/escape/passwd", "file", 0o644, b"owned\n"),
+            Entry("root/sys/ok", "file", 0o444, b"1\n"),
+            Entry("capture/devices.txt", "file", 0o644, b"crw-rw---- 0 0 226,128 ../evil\n"),
+            Entry("capture/exporter.json", "file", 0o644, b"{}"),
+        ]
+    )
+    host = build_from_capture(archive, tmp_path / "dest")
+    assert list(outside.iterdir()) == []
+    assert (host.root / "sys" / "ok").read_bytes() == b"1\n"
+    assert any("leads out of the root" in p for p in host.problems)
+    assert any("unsafe path" in p for p in host.problems)

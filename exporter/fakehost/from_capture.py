@@ -78,10 +78,15 @@ def build_from_capture(archive: bytes | Path, dest: Path) -> CapturedHost:
     root.mkdir(parents=True, exist_ok=False)
     host = CapturedHost(root)
     dir_modes: list[tuple[Path, int]] = []
+    inside = os.path.realpath(root)
     for entry in entries:
         if not entry.path.startswith("root/"):
             continue
         target = root / entry.path[len("root/") :]
+        # An archive is a user's file: nothing in it may write through one of its own links out of the root.
+        if not _within(inside, target.parent):
+            host.problems.append(f"{entry.path}: its directory leads out of the root through a link; not written")
+            continue
         if entry.kind == "dir":
             target.mkdir(parents=True, exist_ok=True)
             dir_modes.append((target, entry.mode))
@@ -124,6 +129,11 @@ def build_from_capture(archive: bytes | Path, dest: Path) -> CapturedHost:
     return host
 
 
+def _within(root: str, directory: Path) -> bool:
+    real = os.path.realpath(directory)
+    return real == root or real.startswith(root + os.sep)
+
+
 def _mknod(dev: Path, fields: Sequence[str]) -> None:
     """``crw-rw---- 0 109 226,128 dri/renderD128`` -> that node under ``dev``."""
     if len(fields) != 5:
@@ -139,6 +149,8 @@ def _mknod(dev: Path, fields: Sequence[str]) -> None:
     if ".." in Path(rel).parts or Path(rel).is_absolute():
         raise ValueError(f"unsafe path {rel!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not _within(os.path.realpath(dev), path.parent):
+        raise ValueError(f"{rel}: its directory leads out of dev through a link")
     if path.exists() or path.is_symlink():
         path.unlink()
     os.mknod(path, kinds[mode_text[0]] | bits, os.makedev(int(major), int(minor)))
