@@ -256,11 +256,21 @@ def _read_bounded(path: str, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None,
     error: list[str] = []
 
     def read() -> None:
+        # In chunks: one read as large as the limit fails with ENOMEM on procfs' sysctl files (boot_id)
+        chunks: list[bytes] = []
+        size = 0
         try:
-            with open(path, "rb") as f:
-                result.append(f.read(limit + 1))
+            with open(path, "rb", buffering=0) as f:
+                while size <= limit:
+                    chunk = f.read(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
         except OSError as exc:
             error.append(exc.strerror or type(exc).__name__)
+            return
+        result.append(b"".join(chunks))
 
     worker = threading.Thread(target=read, name="capture-read", daemon=True)
     worker.start()
@@ -713,7 +723,7 @@ def collect_capture(config: Config, argv: Sequence[str] = ()) -> Capture:
         "gpus": bdfs,
         "captured_at_unix": round(started),
         "took_seconds": round(time.time() - started, 3),
-        "problems": [*tree.problems, *dev_tree.problems, *notes],
+        "problems": [*tree.problems, *etc.problems, *dev_tree.problems, *proc.problems, *notes],
     }
 
     # What to hide: ids, serials, UUIDs from the files the tools and the kernel printed, names from the host.

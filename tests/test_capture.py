@@ -252,6 +252,9 @@ def test_a_read_that_blocks_costs_the_read_timeout_and_is_reported(tmp_path: Pat
     regular = tmp_path / "unique_id"
     regular.write_text("5a4ad1c2a8ba3e1f\n")
     assert _read_bounded(str(regular)) == (b"5a4ad1c2a8ba3e1f\n", None)
+    # procfs' sysctl files refuse one read as large as the size limit (ENOMEM): read in chunks
+    boot_id, problem = _read_bounded("/proc/sys/kernel/random/boot_id")
+    assert problem is None and boot_id is not None and len(boot_id.strip()) == 36
 
 
 def test_an_archive_cannot_write_out_of_its_root_through_its_own_links(tmp_path: Path) -> None:
