@@ -1,7 +1,8 @@
 """:func:`parse_amd_smi`: one captured amd-smi output, or several in a row, in any of the formats of this
 package. Each column-0 line decides which format's reader takes over (``default_view``, ``json_docs``,
-``text_blocks``, ``topology_tables``, ``monitor_tables``); tool messages and lines none of them takes become
-warnings, and the partial reports are merged (``merge``).
+``text_blocks``, ``topology_tables``, ``monitor_tables``, ``partition_tables``; which ROCm release prints which:
+docs/amd-smi-formats.md); tool messages and lines none of them takes become warnings, and the partial reports are
+merged (``merge``).
 
 No GPU: an amd-smi output that names only other devices (``amd-smi list --nic``: ``AI_NIC: 0`` blocks with
 indented keys; JSON items keyed ``nic``/``cpu``/``core``) or a default-view box with no GPU entry is still
