@@ -345,6 +345,11 @@ _DESCRIPTIONS = {
     "since the baseline in --state.dir, which GPUs ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES select, and the "
     "host's configuration (udev rules, ROCm settings and versions, /dev/shm). Exits 0 when nothing is wrong, 1 when "
     "it found problems (each with its fix), 2 when it could not check (docs/check.md).",
+    "capture": "Gather what a maintainer needs to reproduce a misparse or a wrong verdict on this node into one "
+    "text archive (ttar) for a bug report: the amdgpu and KFD sysfs files the sources read, the device nodes' "
+    "metadata, the udev rules that match them, each tool's output as the sources run it, the amdgpu kernel-log "
+    "lines, check --json (the kernel probe off) and the exporter's flags. Serials, UUIDs, host and user names are "
+    "redacted; it opens no GPU node and writes nothing but --output.",
     "parse": "Read a captured rocm-smi or amd-smi output, kernel log or gpu_metrics table (FILE, or - for standard "
     "input) and print what the exporter makes of it as normalised JSON, offline. Exits 1 when the input is not a "
     "capture of that kind.",
@@ -374,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
+    capture = sub.add_parser(
+        "capture",
+        help="what a bug report needs, redacted, in one text archive (--output FILE)",
+        description=_DESCRIPTIONS["capture"],
+    )
+    _add_config_flags(capture, frozenset({"once"}))  # once's flags: it runs the sources as once does
+    capture.add_argument("--output", type=Path, help="the archive to write (ttar text; atomically)")
     check = sub.add_parser(
         "check",
         help="preflight: device nodes, groups, the kernel's answer, drift; exit 0 ok, 1 problems, 2 error",
@@ -663,7 +675,8 @@ def _flag_problems(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tupl
         bad.add(token)
         elsewhere = sorted(c for c, p in subparsers.items() if c != command and name in _long_flags(p))
         if elsewhere:
-            problems.append(f"{name}: not a flag of {command}; it applies to {' and '.join(elsewhere)}")
+            where = ", ".join(elsewhere[:-1]) + " and " + elsewhere[-1] if len(elsewhere) > 1 else elsewhere[0]
+            problems.append(f"{name}: not a flag of {command}; it applies to {where}")
             continue
         close = suggest(name, sorted(known))
         problems.append(f"{name}: unknown flag" + (f" (did you mean {close}?)" if close else ""))
@@ -750,6 +763,10 @@ def _run(args: argparse.Namespace | None, problems: list[str], named: str | None
             return cmd_parse(args)
         if args.command == "kmsg-relay":
             return cmd_kmsg_relay(args)
+        if args.command == "capture":
+            from exporter.capture import cmd_capture_args
+
+            return cmd_capture_args(args)
         return cmd_prepare_state(args)
     command = command_key(args)
     try:
@@ -908,11 +925,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print(f"rocm-watchdog parse {kind}: {name} is empty: not a capture of {_CAPTURE_OF[kind]}", file=sys.stderr)
         return ExitCode.PROBLEMS
     try:
+        from exporter.fakehost.from_capture import capture_input  # a `rocm-watchdog capture` archive: its part
+
+        data = capture_input(kind, data) or data
         result: dict[str, Any]
         if kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
-            from exporter.parsers.gpu_metrics import parse_gpu_metrics
+            from exporter.parsers.gpu_metrics import parse_gpu_metrics_capture
 
-            result = parse_gpu_metrics(data).to_json()
+            result = parse_gpu_metrics_capture(data).to_json()
         elif kind == "rocm-smi":
             from exporter.parsers.rocm_smi import parse_rocm_smi
 

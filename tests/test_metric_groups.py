@@ -219,7 +219,7 @@ def test_config_file_keys(tmp_path: Path) -> None:
 
 def test_only_serve_and_once_take_them(tmp_path: Path) -> None:
     args, found = parse_command_line(["check", "--metrics.disable=gpu"])
-    assert found == ["--metrics.disable: not a flag of check; it applies to once and serve"]
+    assert found == ["--metrics.disable: not a flag of check; it applies to capture, once and serve"]
     f = tmp_path / "shared.yml"
     f.write_text("metrics.disable: gpu.clocks\n")
     args, found = parse_command_line(["check", f"--config.file={f}"])
