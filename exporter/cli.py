@@ -138,6 +138,7 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "alertmanager.label": ("alertmanager_labels", _labels),
     "alertmanager.resend-interval": ("alertmanager_resend_seconds", parse_duration),
     "alertmanager.timeout": ("alertmanager_timeout_seconds", parse_duration),
+    "health.event-window": ("health_event_window_seconds", parse_duration),
     # command options, which a config file may set too
     "output": ("once_output", _path),
     "json": ("check_json", _flag),
@@ -173,6 +174,8 @@ _HELP = {
     "alertmanager.label": "key=value label on every pushed alert (repeat the flag for several)",
     "alertmanager.resend-interval": "re-send active alerts this often [1m]",
     "alertmanager.timeout": "timeout of one push request [10s]",
+    "health.event-window": "a critical kernel event keeps its GPU unhealthy (rocm_gpu_health) this long after its "
+    "timestamp [10m]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
     "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
@@ -211,6 +214,7 @@ _APPLIES: dict[str, frozenset[str]] = {
             "kubernetes.timeout",
             "baseline.auto-accept-boots",
             "host.name",
+            "health.event-window",
         ),
         _COLLECT,
     ),

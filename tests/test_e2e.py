@@ -129,6 +129,8 @@ READY = (
     'rocm_watchdog_source_up{source="processes"} 1.0',
     'rocm_watchdog_source_up{source="devices"} 1.0',
     'rocm_watchdog_source_up{source="kernel-log"} 1.0',
+    # the health verdict is unknown until every source it reads has run once
+    'rocm_watchdog_source_up{source="sysfs"} 1.0',
     # the processes source has run after a rocm-smi run: the capture's one KFD process is listed
     "rocm_processes 1.0",
 )

@@ -21,6 +21,7 @@ from exporter.metrics.groups import hidden_family_names
 from exporter.metrics.health import health_families, http_server_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.metrics.selfmetrics import ExporterMetrics
+from exporter.metrics.verdict import VERDICT_SOURCES, health_verdict, verdict_families
 from exporter.model.devices import DeviceWatchState, StateFileStatus
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
@@ -29,6 +30,7 @@ from exporter.server.stats import StatsView
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
+from exporter.watchdog.health import PROCESS_SOURCE, HealthVerdict
 
 
 class Section(msgspec.Struct, frozen=True):
@@ -115,6 +117,7 @@ class RocmCollector(Collector):
         # serve's process_*, python_* and scrape-duration series (not --web.disable-exporter-metrics; never once)
         self._exporter = exporter_metrics
         self._http = http  # serve's HTTP server counters (exporter.server.stats), read per scrape
+        self._verdict_memo: tuple[StoreView, HealthVerdict] | None = None  # the last view's verdict (key, then build)
 
     def reconfigure(
         self, config: Config, push: PushStatus | None, exporter_metrics: ExporterMetrics | None = None
@@ -158,6 +161,8 @@ class RocmCollector(Collector):
             # core: the conditions and the baseline
             (True, Section("devices", ("devices",), self._devices, key=_DEVICES_KEY)),
             (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
+            # core: the health verdict, re-rendered when it changes (an event's window ends without any input changing)
+            (True, Section("health-verdict", (*VERDICT_SOURCES, PROCESS_SOURCE), self._verdict, key=self._verdict_key)),
             (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=_STATE_FILES_KEY)),
             # every run of every source changes its health: rendered per scrape, not per run
             (True, Section("health", every, self._health, health=True, lazy=True)),
@@ -221,6 +226,20 @@ class RocmCollector(Collector):
             # zero-initialised for physical GPUs: the kernel names a partition's physical function, never the
             # partition's own address (8 x 37 series on a CPX MI300X host, not 64 x 37)
             yield from kernel_families(kernel, sorted({physical_gpu(bdf, known) for bdf in known}))
+
+    def _health_verdict(self, view: StoreView) -> HealthVerdict:
+        memo = self._verdict_memo
+        if memo is not None and memo[0] is view:
+            return memo[1]
+        verdict = health_verdict(view, self._config.health_event_window_seconds)
+        self._verdict_memo = (view, verdict)
+        return verdict
+
+    def _verdict_key(self, view: StoreView) -> tuple[object, ...]:
+        return (self._health_verdict(view),)
+
+    def _verdict(self, view: StoreView) -> Iterator[Metric]:
+        yield from verdict_families(self._health_verdict(view))
 
     def _state_files(self, view: StoreView) -> Iterator[Metric]:
         files: list[StateFileStatus] = []
