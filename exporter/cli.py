@@ -1066,6 +1066,10 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         config, web, scheduler, collector, exposition, server, exporter_metrics, rules_digest=rules_digest(config)
     )
     running.start_push()  # serve only: once, check and parse never push
+    from exporter.sinks.health_file import HealthFileWriter
+
+    verdict_file = HealthFileWriter(scheduler.store, lambda: running.config)  # for node-problem-detector's plugin
+    verdict_file.start()
     collector.reconfigure(config, running.push_status, running.exporter_families())
     exposition.invalidate()
     reloader = Reloader(running, load) if load is not None else None
@@ -1117,6 +1121,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     )
     stop_all()
     running.scheduler.shutdown()
+    verdict_file.stop()
     if pusher is not None:
         pusher.stop()  # resolves what it holds firing, within --alertmanager.timeout
     server.shutdown()

@@ -69,15 +69,19 @@ class GpuHealth(msgspec.Struct, frozen=True):
 class HealthVerdict(msgspec.Struct, frozen=True):
     gpus: tuple[GpuHealth, ...] = ()
     node_events: tuple[str, ...] = ()  # critical classes under pci_bus="unknown" within the window
+    not_fresh: tuple[str, ...] = ()  # the sources it reads that are stale, failing or not through a first run
 
     def count(self, state: HealthState) -> int:
         return sum(1 for g in self.gpus if g.state == state)
 
     @property
     def node_state(self) -> HealthState:
-        """The node's: unhealthy when a GPU is, else unknown when one is, else healthy (also with no GPU)."""
+        """The node's: unhealthy when a GPU is, else unknown when one is (or, with no GPU known, while a source has
+        not told yet: before the first runs there is no GPU to judge), else healthy (also with no GPU)."""
         states = {g.state for g in self.gpus}
-        return "unhealthy" if "unhealthy" in states else "unknown" if "unknown" in states else "healthy"
+        if "unhealthy" in states:
+            return "unhealthy"
+        return "unknown" if "unknown" in states or (not self.gpus and self.not_fresh) else "healthy"
 
 
 def processes_from(infos: Iterable[ProcessInfo]) -> tuple[Process, ...]:
@@ -147,4 +151,4 @@ def evaluate(inputs: HealthInputs, now: float, window_seconds: float) -> HealthV
             out.append(GpuHealth(gpu, "unknown", ("node_kernel_event",)))
         else:
             out.append(GpuHealth(gpu, "healthy"))
-    return HealthVerdict(tuple(out), node_events)
+    return HealthVerdict(tuple(out), node_events, tuple(name for name, _ in not_fresh))
