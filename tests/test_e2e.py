@@ -146,6 +146,13 @@ def test_serve_matches_golden_and_promtool(daemon: Daemon, update_golden: bool) 
     text = wait_ready(daemon)
     check_metrics(text)
     compare_golden("e2e.prom", text, update_golden)
+    # the verdict file node-problem-detector's plugin reads says what /metrics says (a bounded wait: it is written
+    # by its own thread when a source records)
+    verdict = daemon.root.state_dir / "gpu-health"
+    deadline = time.monotonic() + 30
+    while not (verdict.exists() and "\nnode unhealthy\n" in verdict.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "\ngpu 0000:1e:00.0 unhealthy ring_timeout\n" in verdict.read_text()
     landing = requests.get(daemon.url + "/", timeout=5)
     assert landing.status_code == 200 and "/metrics" in landing.text
     assert requests.get(daemon.url + "/healthz", timeout=5).text == "ok\n"
