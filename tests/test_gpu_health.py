@@ -5,6 +5,7 @@ kept across a kernel-log restart from the event's own timestamp, staleness -> un
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from pathlib import Path
 
@@ -21,12 +22,13 @@ from exporter.metrics.verdict import health_inputs, health_verdict
 from exporter.model.devices import Condition
 from exporter.model.gpu import GpuIdentity, SysfsSnapshot
 from exporter.model.kernel import KernelLogState
+from exporter.sinks.health_file import render
 from exporter.sources.devices import DevicesSource
 from exporter.sources.kernel_log import KernelLogSource
 from exporter.sources.sysfs import read_sysfs
 from exporter.store import SnapshotStore
 from exporter.watchdog import conditions
-from exporter.watchdog.health import HealthInputs, Process, evaluate
+from exporter.watchdog.health import GpuHealth, HealthInputs, HealthVerdict, Process, evaluate
 from exporter.watchdog.health_reasons import CRITICAL_EVENT_CLASSES, HEALTH_REASONS
 
 A, B, P = "0000:03:00.0", "0000:43:00.0", "0000:03:00.3"  # P: a partition of A
@@ -273,3 +275,14 @@ def test_a_missing_gpu_keeps_its_series_as_unhealthy(tmp_path: Path) -> None:
     assert _series(store, T + 30) == {("0000:03:00.0", "healthy"), ("0000:83:00.0", "unhealthy")}
     inputs = health_inputs(store.view(T + 30))
     assert "0000:83:00.0" in inputs.gpus
+
+
+def test_the_docs_list_every_reason_with_its_state() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "gpu-health.md").read_text()
+    rows = {m[0]: m[1] for m in re.findall(r"^\| `(\w+)` \| (unhealthy|unknown) \|", doc, re.MULTILINE)}
+    assert rows == {name: spec.state for name, spec in HEALTH_REASONS.items()}
+    # the verdict file's example has the keys render() writes, in its order
+    example = doc.split("```\n# rocm-watchdog GPU health verdict", 1)[1].split("```", 1)[0]
+    keys = [line.split()[0] for line in example.splitlines()[1:] if line and line != "..."]
+    written = render(HealthVerdict((GpuHealth(A, "unhealthy", ("vram_lost",)), GpuHealth(B, "healthy"))), T)
+    assert keys == [line.split()[0] for line in written.splitlines()[1:]]
