@@ -19,7 +19,8 @@ import jsonschema
 import pytest
 import structlog
 import yaml
-from kustomize import kubectl
+from kustomize import container, kubectl, pod_spec
+from kustomize import render as kustomize
 
 from exporter.config import Config
 from exporter.model.gpu import GpuIdentity, SysfsSnapshot
@@ -162,6 +163,14 @@ def test_the_example_mounts_the_state_dir_read_only_and_the_plugin_executable() 
     assert state["hostPath"]["path"] == "/var/lib/rocm-watchdog"  # the base DaemonSet's state dir
     assert mounts[_mount_of("configMap", mounts)][1]["configMap"]["defaultMode"] & 0o111
     assert PLUGIN.stat().st_mode & stat.S_IXUSR and PLUGIN.read_text().startswith("#!/bin/sh\n")
+    # prepare-state gives the state dir (mode 0700) to the exporter's uid: NPD reads it as that uid, unprivileged
+    exporter = container(kustomize("base"), "rocm-watchdog")
+    spec = _daemonset()["spec"]["template"]["spec"]
+    [npd] = spec["containers"]
+    uid = {**spec.get("securityContext", {}), **npd.get("securityContext", {})}.get("runAsUser")
+    exporter_uid = {**pod_spec(kustomize("base")).get("securityContext", {}), **exporter.get("securityContext", {})}
+    assert uid == exporter_uid["runAsUser"] and uid != 0
+    assert npd["securityContext"]["capabilities"] == {"drop": ["ALL"]} and "privileged" not in npd["securityContext"]
 
 
 def test_the_plugin_passes_shellcheck_as_posix_sh() -> None:
