@@ -286,3 +286,10 @@ def test_the_docs_list_every_reason_with_its_state() -> None:
     keys = [line.split()[0] for line in example.splitlines()[1:] if line and line != "..."]
     written = render(HealthVerdict((GpuHealth(A, "unhealthy", ("vram_lost",)), GpuHealth(B, "healthy"))), T)
     assert keys == [line.split()[0] for line in written.splitlines()[1:]]
+
+
+def test_a_partition_change_names_what_caches_the_old_layout_and_what_to_run() -> None:
+    fix = conditions.fix_text("partition_mode_changed", A, {"compute_partition": "CPX"})
+    for component in ("device plugin", "node labeller", "rocm-watchdog's own attribution", "workloads"):
+        assert component in fix
+    assert "rollout restart" in fix and "baseline accept" in fix and A in fix

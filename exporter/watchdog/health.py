@@ -116,10 +116,15 @@ def evaluate(inputs: HealthInputs, now: float, window_seconds: float) -> HealthV
             for gpu in inputs.gpus:
                 if _condition_holds(c, gpu):
                     by_gpu.setdefault(gpu, []).append(c)
-    kernel = [(name, spec.classes) for name, spec in HEALTH_REASONS.items() if spec.input == "kernel_event"]
+    reason_of = {c: name for name, spec in HEALTH_REASONS.items() if spec.input == "kernel_event" for c in spec.classes}
     node_classes = next(s.classes for s in HEALTH_REASONS.values() if s.input == "node_kernel_event")
     last = inputs.kernel_last
     node_events = tuple(c for c in node_classes if _within(last.get((UNKNOWN_DEVICE, c)), now, window_seconds))
+    recent: dict[str, set[str]] = {}  # pci_bus -> reasons of its critical events within the window
+    for (bus, cls), t in last.items():
+        name = reason_of.get(cls)
+        if name is not None and _within(t, now, window_seconds):
+            recent.setdefault(bus, set()).add(name)
     not_fresh = sorted((name, status) for name, status in inputs.sources.items() if status != "fresh")
     out: list[GpuHealth] = []
     for gpu in inputs.gpus:
@@ -134,9 +139,8 @@ def evaluate(inputs: HealthInputs, now: float, window_seconds: float) -> HealthV
                     continue
             reasons.append(c.kind)
         buses = {gpu, inputs.physical.get(gpu, gpu)}
-        for name, classes in kernel:
-            if any(_within(last.get((bus, cls)), now, window_seconds) for bus in buses for cls in classes):
-                reasons.append(name)
+        for bus in buses:
+            reasons.extend(recent.get(bus, ()))
         if reasons:
             out.append(GpuHealth(gpu, "unhealthy", tuple(sorted(set(reasons)))))
             continue
