@@ -1070,6 +1070,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
 
     verdict_file = HealthFileWriter(scheduler.store, lambda: running.config)  # for node-problem-detector's plugin
     verdict_file.start()
+    collector.verdict_file_status = verdict_file.status
     collector.reconfigure(config, running.push_status, running.exporter_families())
     exposition.invalidate()
     reloader = Reloader(running, load) if load is not None else None

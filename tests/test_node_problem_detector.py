@@ -23,6 +23,7 @@ from kustomize import container, kubectl, pod_spec
 from kustomize import render as kustomize
 
 from exporter.config import Config
+from exporter.metrics.collector import RocmCollector
 from exporter.model.gpu import GpuIdentity, SysfsSnapshot
 from exporter.model.kernel import KernelLogState
 from exporter.sinks.health_file import MAX_AGE_SECONDS, VERDICT_FILE, HealthFileWriter, message, render
@@ -285,3 +286,13 @@ def test_an_unwritable_state_dir_is_logged_once_and_retried(tmp_path: Path) -> N
         assert writer.tick() is False
         assert writer.tick() is False
     assert [entry["event"] for entry in logs] == ["state_write_failed"]
+    # and the exporter's state-file health says so, as for the baseline and the cursor
+    collector = RocmCollector(store, config, clock=_now)
+    collector.verdict_file_status = writer.status
+    unsaved = {
+        s.labels["file"]: s.value
+        for f in collector.collect()
+        if f.name == "rocm_watchdog_state_file_unsaved"
+        for s in f.samples
+    }
+    assert unsaved == {VERDICT_FILE: 1.0}

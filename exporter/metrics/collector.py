@@ -118,6 +118,8 @@ class RocmCollector(Collector):
         self._exporter = exporter_metrics
         self._http = http  # serve's HTTP server counters (exporter.server.stats), read per scrape
         self._verdict_memo: tuple[StoreView, HealthVerdict] | None = None  # the last view's verdict (key, then build)
+        # serve's verdict file for node-problem-detector (exporter.sinks.health_file): how its last write went
+        self.verdict_file_status: Callable[[], StateFileStatus] | None = None
 
     def reconfigure(
         self, config: Config, push: PushStatus | None, exporter_metrics: ExporterMetrics | None = None
@@ -163,7 +165,7 @@ class RocmCollector(Collector):
             (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
             # core: the health verdict, re-rendered when it changes (an event's window ends without any input changing)
             (True, Section("health-verdict", (*VERDICT_SOURCES, PROCESS_SOURCE), self._verdict, key=self._verdict_key)),
-            (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=_STATE_FILES_KEY)),
+            (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=self._state_files_key)),
             # every run of every source changes its health: rendered per scrape, not per run
             (True, Section("health", every, self._health, health=True, lazy=True)),
         )
@@ -241,8 +243,14 @@ class RocmCollector(Collector):
     def _verdict(self, view: StoreView) -> Iterator[Metric]:
         yield from verdict_families(self._health_verdict(view))
 
+    def _state_files_key(self, view: StoreView) -> tuple[object, ...]:
+        status = self.verdict_file_status
+        return (*_STATE_FILES_KEY(view), status() if status is not None else None)
+
     def _state_files(self, view: StoreView) -> Iterator[Metric]:
         files: list[StateFileStatus] = []
+        if self.verdict_file_status is not None:
+            files.append(self.verdict_file_status())
         devices = view.fresh_data("devices")
         if isinstance(devices, DeviceWatchState):
             files.extend(devices.state_files)

@@ -12,7 +12,8 @@ Two halves, like the Alertmanager push:
 - ``HealthFileWriter`` is the I/O: one thread, woken by every recorded source run, writes the file atomically
   (temp file, fsync, rename: a reader sees the old file or the new one, never half of one) when the verdict
   changed, and at least every ``REFRESH_SECONDS`` so its age stays a heartbeat. A failed write is logged once per
-  distinct error and retried at the next wake; it never stops the daemon or delays a scrape or a source.
+  distinct error and retried at the next wake (``rocm_watchdog_state_file_unsaved{file="gpu-health"}`` says so
+  meanwhile); it never stops the daemon or delays a scrape or a source.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.logging import get_logger
-from exporter.metrics.verdict import health_verdict
+from exporter.metrics.verdict import VERDICT_SOURCES, health_verdict
+from exporter.model.devices import StateFileStatus
 from exporter.statefile import remove_stale_temps, write_atomic
 from exporter.store import SnapshotStore
-from exporter.watchdog.health import HealthVerdict
+from exporter.watchdog.health import PROCESS_SOURCE, HealthVerdict
 
 log = get_logger("health-file")
 
@@ -36,6 +38,7 @@ FORMAT = 1
 REFRESH_SECONDS = 30.0  # the heartbeat: the file is rewritten at least this often
 MAX_AGE_SECONDS = 3 * REFRESH_SECONDS  # a reader treats an older file as no verdict (two heartbeats lost)
 MESSAGE_MAX = 80  # NPD's default max_output_length
+_WAKES = frozenset({*VERDICT_SOURCES, PROCESS_SOURCE})
 
 
 def _ellipsis(text: str, limit: int = MESSAGE_MAX) -> str:
@@ -94,8 +97,13 @@ class HealthFileWriter:
         self._error: str | None = None
         store.subscribe(self._on_record)
 
-    def _on_record(self, _name: str) -> None:
-        self._wake.set()
+    def _on_record(self, name: str) -> None:
+        if name in _WAKES:  # the verdict reads no other source
+            self._wake.set()
+
+    def status(self) -> StateFileStatus:
+        """How the last write went, for ``rocm_watchdog_state_file_unsaved{file="gpu-health"}``."""
+        return StateFileStatus(VERDICT_FILE, unsaved=self._error)
 
     def start(self) -> None:
         path = self.path
