@@ -340,16 +340,22 @@ class KernelLogSource:
     def _event_time(self, event: KernelEvent, now: float) -> float:
         if event.wall_time is not None:
             return event.wall_time
-        if self._kind == "kmsg" and event.monotonic_seconds is not None:
-            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend)
-            return min(now, now - self._mono() + event.monotonic_seconds)
+        mono = event.monotonic_seconds
+        if mono is not None and (self._kind == "kmsg" or (self._kind == "fifo" and event.seq is not None)):
+            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend). A FIFO's kmsg
+            # records (sequence numbers: the kmsg-relay's) come from this node's kernel, whose clock this container
+            # shares: the health verdict's window needs their own time, not when they were read (a relay replays
+            # the whole ring buffer to a new reader). A record later than our clock is from no clock of ours.
+            mono_now = self._mono()
+            if self._kind == "kmsg" or mono <= mono_now:
+                return min(now, now - mono_now + mono)
         return now
 
     def _count(self, events: Sequence[KernelEvent], now: float) -> None:
         if not events:
             return
         counts, last, aer = self._cursor.counts, self._cursor.last, self._cursor.aer
-        kmsg = self._kind == "kmsg"
+        kmsg = self._kind in ("kmsg", "fifo")  # a FIFO's records carry the kernel clock when they are kmsg's
         get = counts.get
         for event in events:
             key = (event.pci_bus, event.event_class)
