@@ -296,3 +296,22 @@ def test_an_unwritable_state_dir_is_logged_once_and_retried(tmp_path: Path) -> N
         for s in f.samples
     }
     assert unsaved == {VERDICT_FILE: 1.0}
+
+
+@pytest.mark.parametrize("shell", [["/bin/sh"], ["bash", "--posix"]])
+def test_the_plugin_gives_the_same_answers_under_another_posix_shell(tmp_path: Path, shell: list[str]) -> None:
+    """NPD's image may bring another /bin/sh than Debian's dash: the script uses POSIX sh only."""
+    now = _now()
+    file = tmp_path / VERDICT_FILE
+    answers = []
+    for verdict in (
+        HealthVerdict((GpuHealth(A, "healthy"),)),
+        HealthVerdict((GpuHealth(A, "unhealthy", ("vram_lost",)),)),
+    ):
+        file.write_text(render(verdict, now))
+        proc = subprocess.run([*shell, str(PLUGIN), str(file)], capture_output=True, text=True, timeout=3)
+        answers.append((proc.returncode, proc.stdout))
+    file.unlink()
+    proc = subprocess.run([*shell, str(PLUGIN), str(file)], capture_output=True, text=True, timeout=3)
+    answers.append((proc.returncode, proc.stdout.split(" ")[0]))
+    assert answers == [(0, "all 1 GPUs healthy\n"), (1, f"1/1 GPUs unhealthy: {A} vram_lost\n"), (2, "no")]
