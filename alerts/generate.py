@@ -416,6 +416,45 @@ def kernel_alerts(r: Rules) -> list[Alert]:
     return alerts
 
 
+# The health verdict (exporter/watchdog/health.py) -------------------------------------------------------------
+
+
+def health_alerts(r: Rules) -> list[Alert]:
+    """The node-level verdict: what a remediation hooks on (an Alertmanager webhook that cordons, an Argo workflow;
+    docs/gpu-health.md). The root causes page on their own alerts; these say what the node's GPUs are worth now."""
+    unhealthy = r.s("rocm_node_gpus_unhealthy")
+    node_event = r.s("rocm_gpu_health_reason", 'reason="node_kernel_event"')
+    return [
+        Alert(
+            "RocmNodeGpusUnhealthy",
+            r.named(f"{unhealthy} > 0"),
+            "warning",
+            "{{ $value | humanize }} GPUs unhealthy on {{ $labels.nodename }}",
+            "rocm_gpu_health says {{ $value | humanize }} GPUs or partitions of the node are unhealthy; "
+            "rocm_gpu_health_reason{reason} says why, and the root cause pages on its own alert. A remediation "
+            "hooked on this alert cordons or drains the node; it resolves when every GPU is healthy or unknown "
+            "again (an event's window passed, the condition cleared).",
+            "health",
+            "gpu_unhealthy",
+            for_="1m",
+            dashboard="rocm-watchdog-gpus",
+        ),
+        Alert(
+            "RocmNodeKernelEventUnattributed",
+            r.named(f"max by (instance, job) ({node_event}) > 0"),
+            "warning",
+            "A critical GPU kernel event on {{ $labels.nodename }} named no GPU",
+            "The kernel log reported a reset failure, lost VRAM, an uncorrectable RAS error or a ring timeout "
+            "without naming the device, on a node with several GPUs: every GPU not unhealthy on its own is unknown "
+            "(reason node_kernel_event) until --health.event-window has passed. `journalctl -k` around the event "
+            "names the GPU.",
+            "kernel",
+            "gpu_fault",
+            dashboard="rocm-watchdog-gpus",
+        ),
+    ]
+
+
 # The exporter itself ------------------------------------------------------------------------------------------
 
 
@@ -580,6 +619,7 @@ def render(selector: str = DEFAULT_SELECTOR, runbooks: str = RUNBOOKS, grafana: 
     groups = [
         ("rocm-watchdog-devices", device_alerts(r)),
         ("rocm-watchdog-kernel", kernel_alerts(r)),
+        ("rocm-watchdog-health", health_alerts(r)),
         ("rocm-watchdog-self", self_alerts(r)),
     ]
     main = {"groups": [{"name": name, "rules": [a.rule(runbooks, grafana) for a in alerts]} for name, alerts in groups]}

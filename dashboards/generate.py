@@ -343,6 +343,42 @@ def gpus() -> Board:
         [(f"rocm_watchdog_source_duration_seconds{{{NODE}}}", "{{instance}} {{source}}")],
         unit="s",
     )
+    b.row("Health")
+    b.panel(
+        stat.Panel(),
+        "GPUs unhealthy",
+        [(f"sum(rocm_node_gpus_unhealthy{{{NODE}}}) or vector(0)", "unhealthy")],
+        w=6,
+        h=4,
+        thresholds=RED_FROM_1,
+        description="GPUs and partitions whose verdict (rocm_gpu_health) is unhealthy: what a remediation acts on "
+        "(docs/gpu-health.md).",
+    )
+    b.panel(
+        stat.Panel(),
+        "GPUs unknown",
+        [(f'count(rocm_gpu_health{{{GPU},state="unknown"}}) or vector(0)', "unknown")],
+        w=6,
+        h=4,
+        thresholds=(("green", None), ("orange", 1.0)),
+        description="No verdict: a source is stale or has not run yet, sysfs is unreadable, or a critical kernel "
+        "event named no GPU. Unknown never counts as unhealthy.",
+    )
+    b.panel(
+        graph(),
+        "GPUs by health",
+        [(f"count by (state) (rocm_gpu_health{{{GPU}}})", "{{state}}")],
+        w=12,
+        h=4,
+    )
+    b.panel(
+        table.Panel(),
+        "GPUs not healthy, and why",
+        [(with_host(f"rocm_gpu_health_reason{{{GPU}}}", "job, instance, pci_bus, reason"), "")],
+        w=24,
+        description="One row per reason: a condition of the device watchdog, or a critical kernel event within "
+        "--health.event-window (node_kernel_event: an event that named no GPU makes every GPU unknown).",
+    )
     b.row("Memory")
     b.panel(graph(), "VRAM used", [(f"rocm_gpu_vram_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="bytes")
     b.panel(

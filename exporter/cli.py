@@ -148,6 +148,7 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "alertmanager.label": ("alertmanager_labels", _labels),
     "alertmanager.resend-interval": ("alertmanager_resend_seconds", parse_duration),
     "alertmanager.timeout": ("alertmanager_timeout_seconds", parse_duration),
+    "health.event-window": ("health_event_window_seconds", parse_duration),
     # command options, which a config file may set too
     "output": ("once_output", _path),
     "json": ("check_json", _flag),
@@ -191,6 +192,8 @@ _HELP = {
     "devices.probe": "open /dev/kfd and the render nodes KFD lists every devices interval to report what the kernel "
     "answers (rocm_device_node_open_ok); each open creates a KFD process while it lasts (this one's pid is left out "
     "of the process series) and wakes a runtime-suspended GPU [off]",
+    "health.event-window": "a critical kernel event keeps its GPU unhealthy (rocm_gpu_health) this long after its "
+    "timestamp [10m]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
     "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
@@ -230,6 +233,7 @@ _APPLIES: dict[str, frozenset[str]] = {
             "kubernetes.timeout",
             "baseline.auto-accept-boots",
             "host.name",
+            "health.event-window",
         ),
         _COLLECT,
     ),
@@ -1181,6 +1185,11 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         config, web, scheduler, collector, exposition, server, exporter_metrics, rules_digest=rules_digest(config)
     )
     running.start_push()  # serve only: once, check and parse never push
+    from exporter.sinks.health_file import HealthFileWriter
+
+    verdict_file = HealthFileWriter(scheduler.store, lambda: running.config)  # for node-problem-detector's plugin
+    verdict_file.start()
+    collector.verdict_file_status = verdict_file.status
     collector.reconfigure(config, running.push_status, running.exporter_families())
     exposition.invalidate()
     reloader = Reloader(running, load) if load is not None else None
@@ -1232,6 +1241,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     )
     stop_all()
     running.scheduler.shutdown()
+    verdict_file.stop()
     if pusher is not None:
         pusher.stop()  # resolves what it holds firing, within --alertmanager.timeout
     server.shutdown()

@@ -64,6 +64,8 @@ class Config(msgspec.Struct, frozen=True):
     alertmanager_labels: tuple[tuple[str, str], ...] = ()  # extra labels on every pushed alert
     alertmanager_resend_seconds: float = 60.0  # re-send active alerts this often (endsAt is 3x ahead)
     alertmanager_timeout_seconds: float = 10.0
+    # a critical kernel event keeps its GPU unhealthy this long after its own timestamp (rocm_gpu_health)
+    health_event_window_seconds: float = 600.0
     once_output: Path | None = None  # once --output: the textfile to write atomically
     check_json: bool = False  # check --json
     # check --no-probe: do not open /dev/kfd and the render nodes to ask the kernel (exporter.sources.probe)

@@ -421,7 +421,11 @@ def test_event_timestamps_come_from_the_kernel_clock(host: Host, fifo: Fifo) -> 
     src.collect()
     fifo.write(kmsg(0, f"amdgpu {A}: amdgpu: GPU reset begin!", 6, mono=450.0, device=A))
     state = src.collect()
-    assert state.last_event_seconds[(A, "gpu_reset_begin")] == 1_800_000_000.0  # a FIFO has no kernel clock
+    # the kmsg-relay's records carry this node's kernel clock: 50 s before now
+    assert state.last_event_seconds[(A, "gpu_reset_begin")] == 1_800_000_000.0 - 50.0
+    # a record later than our clock is from no clock of ours: the time it was read
+    fifo.write(kmsg(1, f"amdgpu {B}: amdgpu: GPU reset begin!", 6, mono=900.0, device=B))
+    assert src.collect().last_event_seconds[(B, "gpu_reset_begin")] == 1_800_000_000.0
     src.close()
 
 

@@ -134,7 +134,9 @@ def test_a_misspelt_command_gets_a_did_you_mean() -> None:
     assert proc.returncode == 2
     assert "  - unknown command 'serv' (did you mean serve?)\n" in proc.stderr, proc.stderr
     other = run(["frobnicate"])
-    assert other.returncode == 2 and "unknown command 'frobnicate' (commands: serve, once, capture, check," in other.stderr
+    assert (
+        other.returncode == 2 and "unknown command 'frobnicate' (commands: serve, once, capture, check," in other.stderr
+    )
 
 
 def test_parse_without_a_kind_points_at_parse_help() -> None:

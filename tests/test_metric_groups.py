@@ -83,6 +83,10 @@ def test_self_health_and_the_conditions_the_alerts_need_are_core() -> None:
         "rocm_baseline_timestamp_seconds",
         "rocm_gpu_sysfs_readable",
         "rocm_gpu_sysfs_read_errors_total",
+        # the health verdict: what remediation, node-problem-detector and its alerts read
+        "rocm_gpu_health",
+        "rocm_gpu_health_reason",
+        "rocm_node_gpus_unhealthy",
     }
     assert CORE not in SWITCHABLE and not GROUPS[CORE].switchable
 
@@ -321,7 +325,7 @@ def test_disabled_groups_are_never_built(root: FakeRoot, monkeypatch: pytest.Mon
         monkeypatch.setattr(collector_module, builder, boom)
     config = Config(metric_groups_disabled=frozenset({"kernel", "processes", "processes.gpu", "attribution", "gpu"}))
     collector = RocmCollector(full_store(root), config, lambda: NOW)
-    assert [s.name for s in collector.sections()] == ["gpus", "devices", "state-files", "health"]
+    assert [s.name for s in collector.sections()] == ["gpus", "devices", "health-verdict", "state-files", "health"]
     built = {f.name for f in collector.collect()}
     assert not built & hidden_family_names(config.metric_groups_disabled)
     assert {"rocm_gpu_sysfs_readable", "rocm_device_condition", "rocm_watchdog_source_up"} <= built

@@ -551,7 +551,8 @@ def test_prepare_state_gives_the_host_path_dir_to_the_exporter(pod: Pod, host: F
     exporter.wait_value(unsaved, 0.0, file=CURSOR_FILE)
     assert exporter.value("rocm_kernel_events_total", pci_bus=GPU, **{"class": "gpu_reset_begin"}) == 1.0
     assert exporter.proc.stop() == 0
-    assert sorted(os.listdir(state)) == ["baseline.json", CURSOR_FILE]
+    # the baseline, the cursor and the GPU verdict for node-problem-detector (exporter/sinks/health_file.py)
+    assert sorted(os.listdir(state)) == ["baseline.json", "gpu-health", CURSOR_FILE]
     assert {(state / n).stat().st_uid for n in os.listdir(state)} == {POD_UID}
 
     # Again on the next pod start (the dir now closed to root without CAP_DAC_OVERRIDE): nothing changes, and

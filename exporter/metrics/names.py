@@ -411,6 +411,28 @@ GROUP_GID_DRIFT = Spec(
     "rocm_group_gid_drift", "1 when the host's gid for the group changed since the baseline" + CACHED, ("group",)
 )
 
+# Health verdict (issue 22: exporter/watchdog/health.py, its reasons in exporter/watchdog/health_reasons.py) ----
+GPU_HEALTH = Spec(
+    "rocm_gpu_health",
+    "1 per GPU and partition: its health verdict now (state: healthy, unhealthy, unknown; unknown never counts as "
+    "unhealthy); from the devices conditions, the kernel log's critical events within --health.event-window and "
+    "the sources' freshness" + CACHED,
+    ("pci_bus", "state"),
+    group="core",
+)
+GPU_HEALTH_REASON = Spec(
+    "rocm_gpu_health_reason",
+    "1 per reason while the GPU is unhealthy, or unknown through a kernel event that named no GPU "
+    "(reason node_kernel_event)" + CACHED,
+    ("pci_bus", "reason"),
+    group="core",
+)
+NODE_GPUS_UNHEALTHY = Spec(
+    "rocm_node_gpus_unhealthy",
+    "GPUs and partitions whose rocm_gpu_health state is unhealthy" + CACHED,
+    group="core",
+)
+
 # Kernel log ------------------------------------------------------------------------------------------
 KERNEL_EVENTS = Spec(
     "rocm_kernel_events_total", "amdgpu/amdkfd kernel-log events per GPU and class", ("pci_bus", "class"), "counter"

@@ -4,11 +4,12 @@ immutable cumulative ``KernelLogState``. In a non-root pod the FIFO is a kmsg-re
 their sequence numbers, so they get the same exactly-once and lost-record bookkeeping as ``/dev/kmsg`` itself.
 
 Exactly once: the cursor (boot id and last kmsg sequence number, or the followed file's device, inode and
-offset) is persisted in ``--state.dir`` together with the counts and the events still waiting for their
-lookahead, in one atomic write (temp file, fsync, rename, fsync dir). After a restart in the same boot the
-records up to the saved sequence number are skipped; on a new boot the whole ring buffer is counted. Counts
-are persisted too, so the counters continue across restarts and reboots; they reset only when the state file
-is lost or corrupt (a corrupt file is moved aside and reported in the state).
+offset) is persisted in ``--state.dir`` together with the counts, the events still waiting for their
+lookahead and the GPUs whose reset sequence is open (the classifier's state), in one atomic write (temp file,
+fsync, rename, fsync dir). After a restart in the same boot the records up to the saved sequence number are
+skipped; on a new boot the whole ring buffer is counted. Counts are persisted too, so the counters continue
+across restarts and reboots; they reset only when the state file is lost or corrupt (a corrupt file is moved
+aside and reported in the state).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class CursorError(ValueError):
 class _Cursor:
     """What the cursor file keeps (a plain class: a dataclass costs every start about a millisecond)."""
 
-    __slots__ = ("aer", "boot_id", "counts", "file", "last", "last_seq", "pending", "records_lost")
+    __slots__ = ("aer", "boot_id", "counts", "file", "last", "last_seq", "pending", "records_lost", "resets")
 
     def __init__(self) -> None:
         self.boot_id: str | None = None
@@ -138,6 +139,8 @@ class _Cursor:
         self.records_lost = 0
         self.pending: list[KernelEvent] = []
         self.aer: dict[tuple[str, str], int] = {}  # (pci_bus, aer_severity) -> pcie_aer events
+        # GPUs whose reset sequence is open, with its kernel time (KernelClassifier.open_resets)
+        self.resets: tuple[tuple[str, float | None], ...] = ()
 
 
 def parse_cursor(text: str) -> _Cursor:
@@ -176,6 +179,10 @@ def parse_cursor(text: str) -> _Cursor:
         if not isinstance(pending, list) or not all(isinstance(e, dict) for e in pending):
             raise CursorError("bad pending events")
         cur.pending = [_event_from_json(e) for e in pending]
+        resets = doc.get("resets", [])  # absent in a cursor written before reset sequences were kept
+        if not isinstance(resets, list):
+            raise CursorError("bad open resets")
+        cur.resets = tuple((str(bus), None if began is None else float(began)) for bus, began in resets)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         if isinstance(exc, CursorError):
             raise
@@ -326,6 +333,8 @@ class KernelLogSource:
             self._cursor.last_seq = None  # a new boot: sequence numbers restarted, the whole buffer is new
         self._cursor.boot_id = self._boot_id
         self.classifier.restore_pending(self._cursor.pending)
+        if not self._count_initial_gap:  # a reset open in an older boot ended with it
+            self.classifier.restore_open_resets(self._cursor.resets)
         self._loaded = True
 
     def _update_topology(self) -> None:
@@ -338,16 +347,22 @@ class KernelLogSource:
     def _event_time(self, event: KernelEvent, now: float) -> float:
         if event.wall_time is not None:
             return event.wall_time
-        if self._kind == "kmsg" and event.monotonic_seconds is not None:
-            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend)
-            return min(now, now - self._mono() + event.monotonic_seconds)
+        mono = event.monotonic_seconds
+        if mono is not None and (self._kind == "kmsg" or (self._kind == "fifo" and event.seq is not None)):
+            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend). A FIFO's kmsg
+            # records (sequence numbers: the kmsg-relay's) come from this node's kernel, whose clock this container
+            # shares: the health verdict's window needs their own time, not when they were read (a relay replays
+            # the whole ring buffer to a new reader). A record later than our clock is from no clock of ours.
+            mono_now = self._mono()
+            if self._kind == "kmsg" or mono <= mono_now:
+                return min(now, now - mono_now + mono)
         return now
 
     def _count(self, events: Sequence[KernelEvent], now: float) -> None:
         if not events:
             return
         counts, last, aer = self._cursor.counts, self._cursor.last, self._cursor.aer
-        kmsg = self._kind == "kmsg"
+        kmsg = self._kind in ("kmsg", "fifo")  # a FIFO's records carry the kernel clock when they are kmsg's
         get = counts.get
         for event in events:
             key = (event.pci_bus, event.event_class)
@@ -415,6 +430,10 @@ class KernelLogSource:
         pending = [e for e, _ in self.classifier.pending()]
         if pending != self._cursor.pending:
             self._cursor.pending = pending
+            self._dirty = True
+        resets = self.classifier.open_resets()
+        if resets != self._cursor.resets:
+            self._cursor.resets = resets
             self._dirty = True
         if self._dirty and self._persist_due() <= 0:
             self._persist()
@@ -518,6 +537,7 @@ class KernelLogSource:
             "records_lost": cur.records_lost,
             "aer": [[b, sev, n] for (b, sev), n in sorted(cur.aer.items())],
             "pending": [_event_to_json(e) for e in cur.pending],
+            "resets": [[b, t] for b, t in cur.resets],
         }
         try:
             write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
