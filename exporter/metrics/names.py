@@ -254,8 +254,7 @@ GPU_XGMI_ACTIVE = Spec(
 )
 GPU_XGMI_INACTIVE = Spec(
     "rocm_gpu_xgmi_link_inactive",
-    "1 per XGMI link the table reports inactive, absent while it is active" + GM + " xgmi_link_status, v1.7+)"
-    + CACHED,
+    "1 per XGMI link the table reports inactive, absent while it is active" + GM + " xgmi_link_status, v1.7+)" + CACHED,
     ("pci_bus", "link"),
 )
 GPU_XGMI_READ = Spec(
