@@ -35,7 +35,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from exporter.model.kernel import KERNEL_CLASSES  # noqa: E402 - the tables come from the exporter itself
+from exporter.model.kernel import KERNEL_CLASSES, ZERO_INITIALISED_CLASSES  # noqa: E402 - the tables come from the exporter itself
 from exporter.watchdog.conditions import ALERT_GENERIC, KINDS, node_alerts  # noqa: E402
 
 DEFAULT_SELECTOR = 'job="rocm-watchdog"'
@@ -348,6 +348,13 @@ def kernel_alerts(r: Rules) -> list[Alert]:
                 dashboard="rocm-watchdog-kernel",
             )
         )
+    # The counters these alerts read with increase()/rate() exist at 0 before the first event; a recent alert's
+    # also fire on the last event's timestamp, so its classes need no zero.
+    read_by_increase = {c for a in KERNEL_ALERTS if not a.recent for c in a.classes}
+    read_by_increase |= {*PAGE_FAULT_CLASSES, *RAS_CORRECTABLE_CLASSES}
+    assert read_by_increase == ZERO_INITIALISED_CLASSES, (
+        f"exporter.model.kernel.ZERO_INITIALISED_CLASSES must be {sorted(read_by_increase)}"
+    )
     faults = r.s("rocm_kernel_events_total", f'class=~"{"|".join(PAGE_FAULT_CLASSES)}"')
     ras = r.s("rocm_kernel_events_total", f'class=~"{"|".join(RAS_CORRECTABLE_CLASSES)}"')
     aer = r.s("rocm_kernel_pcie_aer_errors_total")

@@ -116,8 +116,14 @@ def _telemetry_path(value: Any) -> str:
     return path
 
 
-_REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable-only"})
-_METAVARS = {"metrics.disable": "GROUP[,GROUP...]", "metrics.enable-only": "GROUP[,GROUP...]"}
+_REPEATED_FLAGS = frozenset(
+    {"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable", "metrics.enable-only"}
+)
+_METAVARS = {
+    "metrics.disable": "GROUP[,GROUP...]",
+    "metrics.enable": "GROUP[,GROUP...]",
+    "metrics.enable-only": "GROUP[,GROUP...]",
+}
 # flags without a value, as in node_exporter
 _SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics", "devices.probe"})
 _NEGATABLE = frozenset({"probe"})  # --probe / --no-probe
@@ -198,6 +204,9 @@ _HELP = {
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
     "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
     f"gpu.* group): {', '.join(metric_groups.SWITCHABLE)}; docs/metrics.md lists their families [none]",
+    "metrics.enable": "metric groups off by default to export too ("
+    + ", ".join(sorted(metric_groups.DEFAULT_OFF))
+    + "; comma-separated or repeated) [none]",
     "metrics.enable-only": "export only these metric groups, core, and the groups the alert rules read ("
     + ", ".join(n for n, g in metric_groups.GROUPS.items() if g.alerting and g.switchable)
     + ") unless --metrics.disable names those [every group]",
@@ -248,6 +257,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "log.level": _STATE,
     "log.format": _STATE,
     "metrics.disable": _COLLECT,
+    "metrics.enable": _COLLECT,
     "metrics.enable-only": _COLLECT,
     **{f"collector.{s}": _COLLECT for s in SOURCE_NAMES},
     **{f"collector.{s}.interval": _SERVE for s in SOURCE_NAMES},  # once runs each source once
@@ -572,10 +582,11 @@ def _group_names(value: Any) -> list[str]:
 
 
 def _metric_groups(values: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> frozenset[str]:
-    """The metric groups --metrics.disable and --metrics.enable-only leave out; their problems into ``problems``:
+    """The metric groups --metrics.disable, --metrics.enable and --metrics.enable-only leave out; their problems into
+    ``problems``:
     unknown groups (with what was probably meant), core (never off), an enable-only group disabled too."""
     valid = metric_groups.selectors()
-    chosen: dict[str, list[str] | None] = {"metrics.disable": None, "metrics.enable-only": None}
+    chosen: dict[str, list[str] | None] = {"metrics.disable": None, "metrics.enable": None, "metrics.enable-only": None}
     for flag in chosen:
         if flag not in values:
             continue
@@ -599,11 +610,13 @@ def _metric_groups(values: dict[str, Any], where: Callable[[str], str], problems
             else:
                 kept.append(name)
     disable, enable_only = chosen["metrics.disable"] or [], chosen["metrics.enable-only"]
-    off = metric_groups.disabled_groups(disable)
-    for name in enable_only or ():
-        if set(metric_groups.expand(name)) <= off:
-            problems.append(f"{where('metrics.enable-only')}: {name!r} is disabled by --metrics.disable too")
-    return metric_groups.disabled_groups(disable, enable_only)
+    enable = chosen["metrics.enable"] or []
+    off = {g for name in disable for g in metric_groups.expand(name)}
+    for flag, names in (("metrics.enable-only", enable_only or ()), ("metrics.enable", enable)):
+        for name in names:
+            if set(metric_groups.expand(name, opt_in=flag == "metrics.enable")) <= off:
+                problems.append(f"{where(flag)}: {name!r} is disabled by --metrics.disable too")
+    return metric_groups.disabled_groups(disable, enable_only, enable)
 
 
 def file_problems(config: Config, command: str) -> list[str]:

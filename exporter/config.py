@@ -50,8 +50,9 @@ class Config(msgspec.Struct, frozen=True):
     )
     intervals_seconds: dict[str, float] = msgspec.field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
     top_processes: int = 20
-    # --metrics.disable / --metrics.enable-only, resolved: the metric groups not exported (exporter.metrics.groups)
-    metric_groups_disabled: frozenset[str] = frozenset()
+    # --metrics.disable / --metrics.enable / --metrics.enable-only, resolved: the metric groups not exported
+    # (exporter.metrics.groups; by default those off by default, the per-pair topology)
+    metric_groups_disabled: frozenset[str] = frozenset({"gpu.topology.pairs"})
     # --collector.kubernetes: the kubelet's pod-resources socket (not under --path.rootfs: mount it where it is)
     kubernetes_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     kubernetes_timeout_seconds: float = 2.0  # deadline of one pod-resources List call

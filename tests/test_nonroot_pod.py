@@ -547,8 +547,10 @@ def test_prepare_state_gives_the_host_path_dir_to_the_exporter(pod: Pod, host: F
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (POD_UID, POD_UID, 0o700)
 
     exporter = start_exporter(pod, host, kern_log, "exporter-2")
-    exporter.wait_value(unsaved, 0.0, file="baseline.json")
-    exporter.wait_value(unsaved, 0.0, file=CURSOR_FILE)
+    wait_until("the baseline and the cursor saved", lambda: {"baseline.json", CURSOR_FILE} <= set(os.listdir(state)))
+    exporter.wait_value("rocm_kernel_events_total", 1.0, pci_bus=GPU, **{"class": "gpu_reset_begin"})
+    # served only while 1: saved files have no unsaved series
+    assert exporter.value(unsaved, file="baseline.json") is None and exporter.value(unsaved, file=CURSOR_FILE) is None
     assert exporter.value("rocm_kernel_events_total", pci_bus=GPU, **{"class": "gpu_reset_begin"}) == 1.0
     assert exporter.proc.stop() == 0
     # the baseline, the cursor and the GPU verdict for node-problem-detector (exporter/sinks/health_file.py)

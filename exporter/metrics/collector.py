@@ -16,7 +16,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, physical_gpu, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
-from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
+from exporter.metrics.gpu import (
+    gpu_families,
+    gpu_owners,
+    pod_families,
+    process_families,
+    process_gpu_families,
+    topology_families,
+)
 from exporter.metrics.groups import hidden_family_names
 from exporter.metrics.health import health_families, http_server_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
@@ -189,8 +196,10 @@ class RocmCollector(Collector):
     def _gpus(self, view: StoreView) -> Iterator[Metric]:
         gpus = gpu_inventory(view)
         if gpus is not None:
-            links = merge_links(smi_reports(view)) if self._on("gpu.topology") else ()
-            yield from self._shown(gpu_families(gpus, links))
+            yield from self._shown(gpu_families(gpus))
+            if self._on("gpu.topology", "gpu.topology.pairs"):
+                links = merge_links(smi_reports(view))
+                yield from self._shown(topology_families(links, pairs=self._on("gpu.topology.pairs")))
 
     def _processes(self, view: StoreView) -> Iterator[Metric]:
         processes = _processes(view)
