@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import bcrypt
 import pytest
@@ -41,7 +42,8 @@ from exporter.http import (
 )
 from exporter.metrics.health import http_server_families
 from exporter.server import core
-from exporter.server.auth import BasicAuth, parse_basic
+from exporter.server import auth as auth_module
+from exporter.server.auth import MAX_DUMMY_COST, BasicAuth, cost_of, parse_basic
 from exporter.server.core import AUTH_FAILURES_PER_ADDRESS, HttpServer
 from exporter.server.stats import DROP_REASONS, ServerStats
 from exporter.webconfig import WebConfig, load_web_config
@@ -319,17 +321,10 @@ def test_connection_cap_keeps_a_share_for_other_addresses() -> None:
                 s.close()
 
 
-def test_basic_auth_over_http_with_cache_and_no_500(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_basic_auth_over_http_with_cache_and_no_500(bcrypt_calls: list[bytes]) -> None:
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
     web = WebConfig(basic_auth_users={"alice": hashed})
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    calls = bcrypt_calls
     auth = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
     with running(web=web) as server:
         assert get(server)[0] == 401
@@ -344,16 +339,10 @@ def test_basic_auth_over_http_with_cache_and_no_500(monkeypatch: pytest.MonkeyPa
         assert get(server, "/healthz")[0] == 401  # every path, checked right after the head
 
 
-def test_auth_unknown_user_costs_a_bcrypt_like_a_known_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auth_unknown_user_costs_a_bcrypt_like_a_known_one(bcrypt_calls: list[bytes]) -> None:
     auth = BasicAuth({"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=5))})
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    calls = bcrypt_calls
+    assert not calls  # the dummy is made without checking a password
     b64 = base64.b64encode
     assert not auth.check("Basic " + b64(b"mallory:pw").decode())
     assert not auth.check("Basic " + b64(b"alice:wrong").decode())
@@ -369,18 +358,32 @@ def basic(user: bytes, password: bytes, scheme: str = "Basic") -> dict[str, str]
     return {"Authorization": f"{scheme} " + base64.b64encode(user + b":" + password).decode()}
 
 
+class BcryptRuns(NamedTuple):
+    every: list[bytes]  # the salt or hash (and so the cost) of every bcrypt run, in order
+    checks: list[bytes]  # those that checked a password against a whole hash (not the dummy's making)
+
+
 @pytest.fixture
-def bcrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The hashes bcrypt.checkpw was asked to check against, in order."""
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
+def bcrypt_runs(monkeypatch: pytest.MonkeyPatch) -> BcryptRuns:
+    """The server's one bcrypt call (``exporter.server.auth.bcrypt_hash``) wrapped: each run recorded, the real
+    bcrypt still run."""
+    runs = BcryptRuns([], [])
+    real = auth_module.bcrypt_hash
 
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
+    def counting(password: bytes, setting: bytes) -> bytes:
+        runs.every.append(setting)
+        if len(setting) >= 59:  # a whole hash (a salt alone is 29 bytes)
+            runs.checks.append(setting)
+        return real(password, setting)
 
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
-    return calls
+    monkeypatch.setattr(auth_module, "bcrypt_hash", counting)
+    return runs
+
+
+@pytest.fixture
+def bcrypt_calls(bcrypt_runs: BcryptRuns) -> list[bytes]:
+    """The hashes bcrypt checked a password against, in order."""
+    return bcrypt_runs.checks
 
 
 def test_unknown_and_known_users_take_the_same_bcrypt_path(bcrypt_calls: list[bytes]) -> None:
@@ -461,8 +464,8 @@ def test_every_auth_failure_is_401_never_500() -> None:
 
 
 def test_brute_force_is_limited_per_address_without_bcrypt(bcrypt_calls: list[bytes]) -> None:
-    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
-    with running(web=web) as server:
+    users = {name: bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)) for name in ("alice", "bob")}
+    with running(web=WebConfig(basic_auth_users=users)) as server:
         assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200  # verified, cached
         for n in range(AUTH_FAILURES_PER_ADDRESS):
             assert get(server, headers=basic(b"alice", b"guess%d" % n), source="127.0.0.5")[0] == 401
@@ -470,14 +473,38 @@ def test_brute_force_is_limited_per_address_without_bcrypt(bcrypt_calls: list[by
         for n in range(5):  # the address is over its limit: 429 at once, no bcrypt
             status, headers, _ = get(server, headers=basic(b"alice", b"more%d" % n), source="127.0.0.5")
             assert status == 429 and 1 <= int(headers["retry-after"]) <= 6
-        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.5")[0] == 429  # even the right one
+        # the right password not verified yet needs a bcrypt: 429 too; a pair verified before needs none: served
+        assert get(server, headers=basic(b"bob", b"pw"), source="127.0.0.5")[0] == 429
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.5")[0] == 200
         assert len(bcrypt_calls) == 1 + AUTH_FAILURES_PER_ADDRESS
         # every other address is unaffected: the cached pair, and a first check of the right password
         assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200
-        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.6")[0] == 200
+        assert get(server, headers=basic(b"bob", b"pw"), source="127.0.0.6")[0] == 200
         stats = server.stats()
         assert stats.auth_failures == AUTH_FAILURES_PER_ADDRESS and stats.requests[429] == 6
         assert stats.events["auth_locked"] == 6
+        assert stats.bcrypt_checks == len(bcrypt_calls) == 2 + AUTH_FAILURES_PER_ADDRESS
+
+
+def test_an_attacker_sharing_the_scrapers_address_cannot_lock_its_scrapes_out(bcrypt_calls: list[bytes]) -> None:
+    """The issue: ten wrong passwords a minute from the scraper's own address (the same node, a NAT, a shared SNAT)
+    kept every scrape with the right, already verified credentials at 429. The limiter gates bcrypt work only."""
+    web = WebConfig(basic_auth_users={"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))})
+    scraper = basic(b"prometheus", b"right")
+    with running(web=web) as server:
+        assert get(server, headers=scraper)[0] == 200  # the scraper's pair, verified by its one bcrypt
+        answers = []
+        start = time.monotonic()
+        for n in range(AUTH_FAILURES_PER_ADDRESS + 20):  # the attacker, from 127.0.0.1 too, between scrapes
+            answers.append(get(server, headers=basic(b"prometheus", b"guess%d" % n))[0])
+            assert get(server, headers=scraper)[0] == 200
+        leaked = int((time.monotonic() - start) * AUTH_FAILURES_PER_ADDRESS / core.AUTH_FAILURE_WINDOW_SECONDS)
+        # 10 bcrypts for the attacker, then 429 without one (but for one more per failure leaked meanwhile)
+        assert answers[:AUTH_FAILURES_PER_ADDRESS] == [401] * AUTH_FAILURES_PER_ADDRESS
+        assert AUTH_FAILURES_PER_ADDRESS <= answers.count(401) <= AUTH_FAILURES_PER_ADDRESS + leaked, answers
+        assert set(answers) == {401, 429}
+        assert len(bcrypt_calls) == 1 + answers.count(401) == server.stats().bcrypt_checks
+        assert server.stats().requests[200] == 1 + len(answers)
 
 
 def test_brute_force_bucket_leaks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,9 +4,11 @@ One asyncio loop in its own thread accepts, reads request heads, checks auth and
 (rendering, readiness) run on a small pool of worker threads, bcrypt on another, so neither a slow client nor
 a slow handler ever holds the accept loop. The rules, all enforced by the loop:
 
-- **Accept always, serve as they come.** The kernel's listen queue (``backlog``, up to somaxconn) is drained as
-  fast as connections come, so a burst of scrapers never waits for a SYN retransmit; what is over a limit is
-  closed right after accept (a 503 when plain HTTP), not left in the queue. The loop turns every
+- **Accept while there is room, queue when there is not.** The kernel's listen queue (``backlog``,
+  ``--web.listen-backlog``, capped at net.core.somaxconn) is drained as fast as connections come while the server
+  has room, so a burst of scrapers never waits for a SYN retransmit; an address over its share is answered 503
+  right after accept (plain HTTP). When the server is full and nothing can be displaced, it stops accepting and
+  the newcomers wait in the listen queue until a connection closes: never closed unanswered. The loop turns every
   ``ACCEPTS_PER_TURN`` accepted connections, so requests already in their sockets are answered before the next
   thousand are accepted.
 - **Whole-head deadline.** A connection has ``header_timeout`` from accept for its TLS handshake and its
@@ -17,10 +19,9 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   one) holds more than half of them (503 beyond). When the server is full, a newcomer displaces a connection of
   the address holding the most, unless the newcomer's own address would then hold as many: idle ones first,
   then slow ones (a head still incomplete after ``SLOW_AFTER_SECONDS``, then a response not taken for as long),
-  oldest first. When there is none, the server is full of clients that just connected (a burst of scrapers):
-  accepting pauses up to ``ROOM_WAIT_SECONDS`` for one of them to finish, the next ones waiting in the kernel's
-  queue; only if none does is a head just begun displaced, or the newcomer refused (503). A connection whose
-  request is being handled is never displaced.
+  oldest first. When there is none, the server is full of clients that just connected or are being answered (a
+  burst of scrapers): accepting stops until one of them closes, goes idle or turns slow, the next ones waiting in
+  the kernel's queue. A head just begun and a connection whose request is being handled are never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
   running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
   of 1 s for a slot, 0 for no limit), and one address gets at most half of them; a freed slot goes to the
@@ -29,10 +30,12 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   handler that keeps answering within ``INLINE_BELOW_SECONDS`` (bytes from the exposition cache) runs on the
   loop instead, one request at a time, so a burst of scrapers never queues for workers; one slow run sends it
   back to them.
-- **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory, the
-  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond). An address
-  whose credentials failed ``AUTH_FAILURES_PER_ADDRESS`` times within ``AUTH_FAILURE_WINDOW_SECONDS`` is
-  answered 429 without a bcrypt (a leaky bucket: then one attempt every few seconds); other addresses are not.
+- **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory,
+  whatever its address did (an attacker sharing the scraper's address, a NAT, cannot lock the scraper out), the
+  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond). The failure limit
+  gates bcrypt work only: an address whose credentials failed ``AUTH_FAILURES_PER_ADDRESS`` times within
+  ``AUTH_FAILURE_WINDOW_SECONDS`` gets 429 without a bcrypt for credentials not verified before (a leaky bucket:
+  then one attempt every few seconds); other addresses are not.
 - **Client faults are counted, not thrown.** Each kind (the head deadline, malformed requests, TLS failures,
   resets, refusals, displacements, auth failures) is counted in ``stats()`` (the exporter's
   ``rocm_watchdog_http_*`` metrics) and logged as one line: the first at once, then at most one a minute per
@@ -85,9 +88,9 @@ AUTH_TRACKED_ADDRESSES = 4096  # buckets kept at most; empty ones are dropped fi
 # A head still incomplete this long after it began is slow (a scraper's arrives in one segment, within a round
 # trip); so is a response the client has not taken for as long. Slow ones are displaced before fresh ones.
 SLOW_AFTER_SECONDS = 1.0
-# When full of connections that just began and none is idle or slow, an accept loop waits this long for one to
-# close before displacing one of them (or refusing the newcomer); the kernel's queue holds the next meanwhile.
-ROOM_WAIT_SECONDS = 0.2
+# When full of connections that just began and none is idle or slow, an accept loop stops accepting until one
+# closes, goes idle or turns slow; it looks again at least this often (a state change that sets no event).
+ROOM_RECHECK_SECONDS = 0.01
 ACCEPTS_PER_TURN = 16  # connections accepted before the loop turns to those it accepted
 # A handler that answered this fast this many times in a row on a worker runs on the loop from then on, until
 # one run is slower (see HttpServer._run_inline). The cached exposition takes 0.05 ms for its bytes, plus the
@@ -300,9 +303,8 @@ class HttpServer:
         self._auth_pool = ThreadPoolExecutor(self.limits.auth_workers, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._freed = asyncio.Event()  # a connection closed (for an accept loop waiting for room)
+        self._freed = asyncio.Event()  # a connection closed or went idle (for an accept loop waiting for room)
         self._untidy = asyncio.Event()  # a client fault was counted or an address failed auth: housekeeping due
-        self._no_room_until = 0.0  # loop time until which a fresh head is displaced without waiting for room
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
 
@@ -504,36 +506,45 @@ class HttpServer:
         sock.close()
 
     async def _make_room(self, sock: socket.socket, client: str, held: int) -> bool:
-        """The server is full: displace a connection for ``client`` or wait a little for one to close; False
-        when the newcomer is to be refused."""
+        """The server is full: displace an idle or slow connection for ``client``; when there is none, accept no
+        other connection until one closes, goes idle or turns slow (the next newcomers wait in the kernel's listen
+        queue, whose size is ``backlog``), then try again. False when the newcomer is to be refused."""
         loop = asyncio.get_running_loop()
-        pressed = loop.time() < self._no_room_until
-        evicted = self._evict_for(client, held, fresh=pressed)
-        if evicted:
-            return True
-        if pressed or (evicted is False and self._holds_slow(client, loop.time())):
-            # Nothing to displace for it, or its address holds as many as any and slow ones among them: more of
-            # the same.
-            return False
-        # Full of connections being answered or just begun: a burst of clients that connected together and are
-        # sending their requests, one of which is done in a moment. Until then the next connections wait in the
-        # kernel's queue (this loop accepts no other). If none is done in time they are not that: from then on,
-        # for as long as it takes a head to become slow, a head just begun is displaced without waiting.
-        try:
-            await self._room(ROOM_WAIT_SECONDS)
-        except asyncio.CancelledError:
-            sock.close()
-            raise
-        if self._open < self.limits.max_connections:
-            return True
-        self._no_room_until = loop.time() + SLOW_AFTER_SECONDS
-        return bool(self._evict_for(client, len(self._conns.get(client, ())), fresh=True))
+        while True:
+            evicted = self._evict_for(client, held)
+            if evicted:
+                return True
+            if evicted is False and self._holds_slow(client, loop.time()):
+                # Its address holds as many as any, and slow ones among them: more of the same.
+                return False
+            # Full of connections being answered or just begun (a burst of scrapers sending their requests): one
+            # is done in a moment, or turns slow within SLOW_AFTER_SECONDS and can be displaced then. A head just
+            # begun is never displaced: its client is sending a request the server would answer.
+            try:
+                await self._room(self._until_displaceable(loop.time()))
+            except asyncio.CancelledError:
+                sock.close()
+                raise
+            if self._open < self.limits.max_connections:
+                return True
+            held = len(self._conns.get(client, ()))
+
+    def _until_displaceable(self, now: float) -> float:
+        """Seconds until a connection open now could turn slow (a head or a response of SLOW_AFTER_SECONDS); at
+        most that, at least a few milliseconds (not a spin)."""
+        waiting = [
+            c.since + SLOW_AFTER_SECONDS - now
+            for conns in self._conns.values()
+            for c in conns
+            if not c.evicted and c.state in (_State.HANDSHAKE, _State.HEAD, _State.WRITE)
+        ]
+        return min(SLOW_AFTER_SECONDS, max(ROOM_RECHECK_SECONDS, min(waiting, default=SLOW_AFTER_SECONDS)))
 
     def _holds_slow(self, client: str, now: float) -> bool:
-        return any((rank := self._rank(c, now)) is not None and rank <= 2 for c in self._conns.get(client, ()))
+        return any(self._rank(c, now) is not None for c in self._conns.get(client, ()))
 
     async def _room(self, timeout: float) -> None:
-        """Until a connection closes (or ``timeout``)."""
+        """Until a connection closes or goes idle (or ``timeout``)."""
         self._freed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await _within(self._freed.wait(), timeout)
@@ -546,24 +557,22 @@ class HttpServer:
         slow = now - conn.since >= SLOW_AFTER_SECONDS
         if conn.state is _State.IDLE:
             return 0
-        if conn.state in (_State.HEAD, _State.HANDSHAKE):
-            return 1 if slow else 3
+        if conn.state in (_State.HEAD, _State.HANDSHAKE) and slow:
+            return 1  # a head just begun is never displaced: its client is sending a request to answer
         if conn.state is _State.WRITE and slow:
             return 2
         return None
 
-    def _evict_for(self, client: str, held: int, fresh: bool) -> bool | None:
+    def _evict_for(self, client: str, held: int) -> bool | None:
         """Make room for ``client`` (holding ``held``) by displacing a connection of the address holding the
-        most that has one to give (see ``_rank``; a head just begun only when ``fresh``): True. False when the
-        heaviest address holds no more than ``client`` would (refuse the newcomer); None when the addresses
-        heavier than ``client`` hold nothing to displace now."""
+        most that has one to give (see ``_rank``): True. False when the heaviest address holds no more than
+        ``client`` would; None when the addresses heavier than ``client`` hold nothing to displace now."""
         now = asyncio.get_running_loop().time()
-        worst = 3 if fresh else 2
         passed = False  # an address heavier than client's had nothing to displace
         for other, conns in sorted(self._conns.items(), key=lambda item: -len(item[1])):
             if other != client and len(conns) <= held + 1:
                 return None if passed else False
-            ranked = [(rank, c.since, c) for c in conns if (rank := self._rank(c, now)) is not None and rank <= worst]
+            ranked = [(rank, c.since, c) for c in conns if (rank := self._rank(c, now)) is not None]
             if not ranked:
                 passed = passed or other != client
                 continue
@@ -592,6 +601,8 @@ class HttpServer:
     def _set(self, conn: _Conn, state: _State) -> None:
         conn.state = state
         conn.since = asyncio.get_running_loop().time()
+        if state is _State.IDLE:
+            self._freed.set()  # displaceable now: an accept loop waiting for room may take its place
 
     # --- one connection ---------------------------------------------------------------------------------
 
@@ -789,19 +800,21 @@ class HttpServer:
 
     async def _authorize(self, auth: BasicAuth, request: Request) -> Response | None:
         """None when the request may go on; else the 401 or 429 to answer. bcrypt runs on the auth pool, never
-        for an address past its failure limit."""
+        for an address past its failure limit; a pair verified before needs none, and passes whatever the limit."""
         loop = asyncio.get_running_loop()
         client = request.client
-        wait = self._auth_wait(client, loop.time())
-        if wait > 0:
-            self._note("auth_locked", client=client)
-            return Response(429, b"Too Many Requests\n", headers=(("Retry-After", str(math.ceil(wait))),))
+        # The cache of verified pairs first: the failure limit gates bcrypt work, never a pair verified before.
         verdict, credentials = auth.quick(request.headers.get("authorization"))
         if verdict is Verdict.NEEDS_BCRYPT and credentials is not None:
+            wait = self._auth_wait(client, loop.time())
+            if wait > 0:
+                self._note("auth_locked", client=client)
+                return Response(429, b"Too Many Requests\n", headers=(("Retry-After", str(math.ceil(wait))),))
             if self._auth_pending[client] >= AUTH_PENDING_PER_ADDRESS:
                 self._note("auth_throttled", client=client)
                 return Response(429, b"Too Many Requests\n", headers=(("Retry-After", "1"),))
             self._auth_pending[client] += 1
+            self.counters.bcrypt_checked()
             try:
                 ok = await loop.run_in_executor(self._auth_pool, auth.verify, credentials)
             except Exception as exc:  # bcrypt refusing what it was given: a failed check, never a 500
