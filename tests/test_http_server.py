@@ -408,6 +408,59 @@ def test_unknown_and_known_users_take_the_same_bcrypt_path(bcrypt_calls: list[by
     assert 1 / 3 < ratio < 3, medians  # the same work; loose, for a shared machine
 
 
+def rewrite_cost(hashed: bytes, cost: int) -> bytes:
+    """A well-formed hash of ``cost`` that no known password matches: a cheap hash with its cost field rewritten
+    (making a real cost-18 hash takes about 16 s here; checking one would take as long, and no test does)."""
+    return hashed[:4] + b"%02d" % cost + hashed[6:]
+
+
+def test_a_cost_18_users_file_runs_nothing_above_cost_12_before_the_first_accept_nor_for_unknown_users(
+    tmp_path: Path, bcrypt_runs: BcryptRuns
+) -> None:
+    """The issue: with a cost-18 hash in basic_auth_users (exporter-toolkit's own test users file has one) the server
+    answered nothing for about 20 s at start, and every request naming an unknown user burnt as long again: the
+    dummy hash was made, and checked, at the highest cost configured. Now every bcrypt run is counted with its
+    cost (the real bcrypt, through the server's one call of it): loading runs none above cost 8, the unknown user
+    costs cost 12, the known user of cost 10 its cost 10, and the cost-18 hash gets one warning."""
+    expensive = rewrite_cost(bcrypt.hashpw(b"unknowable", bcrypt.gensalt(rounds=4)), 18)
+    scraper = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))
+    (tmp_path / "web.yml").write_text(
+        f"basic_auth_users:\n  admin: {expensive.decode()}\n  prometheus: {scraper.decode()}\n"
+    )
+    with capture_logs() as logs:
+        web = load_web_config(tmp_path / "web.yml")  # the users file is accepted, whatever its costs
+        with running(web=web) as server:
+            before_accept = [cost_of(h) for h in bcrypt_runs.every]
+            assert server.stats().connections == 0 and server.stats().requests[401] == 0
+            unknown = get(server, headers=basic(b"mallory", b"guess"), source="127.0.5.1")
+            known = get(server, headers=basic(b"prometheus", b"wrong"), source="127.0.5.2")
+            right = get(server, headers=basic(b"prometheus", b"right"), source="127.0.5.3")
+            assert (unknown[0], known[0], right[0]) == (401, 401, 200)
+            assert server.stats().bcrypt_checks == 3
+    costs = [cost_of(h) for h in bcrypt_runs.every]
+    # before the first accept: the dummy's making (cost 4) and the one timing the warning's estimate (cost 8)
+    assert before_accept == [4, 8], before_accept
+    assert costs[2:] == [MAX_DUMMY_COST, 10, 10], costs  # the unknown user, the wrong and the right password
+    assert max(c for c in costs if c is not None) <= MAX_DUMMY_COST
+    warnings = [e for e in logs if e["event"] == "http_auth_hash_expensive"]
+    assert len(warnings) == 1 and warnings[0]["user"] == "admin" and warnings[0]["cost"] == 18, warnings
+    assert warnings[0]["log_level"] == "warning" and "timing" in warnings[0]["detail"]
+    assert warnings[0]["unknown_user_cost"] == MAX_DUMMY_COST and warnings[0]["seconds_per_uncached_check"] > 1
+
+
+@pytest.mark.parametrize(("costs", "dummy"), [((5,), 5), ((10, 11), 11), ((12,), 12), ((10, 13), 12), ((31,), 12)])
+def test_the_unknown_users_hash_has_the_highest_configured_cost_capped_at_12(
+    costs: tuple[int, ...], dummy: int, bcrypt_runs: BcryptRuns
+) -> None:
+    cheap = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
+    auth = BasicAuth({f"user{n}": rewrite_cost(cheap, cost) for n, cost in enumerate(costs)})
+    assert auth.dummy_cost == dummy
+    assert max(c for h in bcrypt_runs.every if (c := cost_of(h)) is not None) <= 8  # nothing at the hash's cost
+    if dummy <= 10:  # check it (above, a check costs seconds): the dummy's cost is the one bcrypt runs
+        assert not auth.check("Basic " + base64.b64encode(b"nobody:pw").decode())
+        assert [cost_of(h) for h in bcrypt_runs.checks] == [dummy]
+
+
 def test_authorised_scrapes_pay_bcrypt_once_and_a_reloaded_password_invalidates_them(
     tmp_path: Path, bcrypt_calls: list[bytes]
 ) -> None:

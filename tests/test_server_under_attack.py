@@ -285,6 +285,7 @@ async def burst(port: int, sources: list[str], timeout: float = 30.0) -> dict[st
     async def get(source: str) -> str:
         sock = socket.socket()
         sock.setblocking(False)
+        first = b""
         try:
             sock.bind((source, 0))
             await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), timeout)
@@ -296,7 +297,9 @@ async def burst(port: int, sources: list[str], timeout: float = 30.0) -> dict[st
         except asyncio.TimeoutError:
             return "timeout"
         except OSError as exc:
-            return type(exc).__name__
+            # A 503 refusal (a whole answer: no body) may be followed by a reset, when the server closed before
+            # the request reached it; the answer came all the same.
+            return first[9:12].decode() if first.startswith(b"HTTP/1.1 503 ") else type(exc).__name__
         finally:
             sock.close()
 
@@ -363,7 +366,9 @@ def assert_one_line_each(lines: list[str]) -> None:
 
 def test_every_scrape_is_answered_through_a_slowloris_of_1000_connections(exporter: Exporter) -> None:
     """1000 connections dribbling a head a byte a second from 127.0.0.2-9 (400 of them from 127.0.0.2, more than
-    its share of 256), opened again as soon as the server drops them, for 20 s: past the 10 s head deadline once."""
+    its share of 256), opened again as soon as the server drops them, for 20 s: past the 10 s head deadline once.
+    The first scrape after the attack began waits up to 1 s (SLOW_AFTER_SECONDS): until then the server is full of
+    heads just begun, which it does not displace."""
     plan = [("127.0.0.2", 400)] + [(f"127.0.0.{n}", 86 if n < 8 else 85) for n in range(3, 10)]
     assert sum(count for _, count in plan) == 1000
     start = time.monotonic()
@@ -378,8 +383,11 @@ def test_every_scrape_is_answered_through_a_slowloris_of_1000_connections(export
     assert len(closing.latencies_ms) >= 40 and len(keeping.latencies_ms) >= 20
     assert attack["most_held_by_attacker"] >= 990  # the attack really held its 1000 (bar those just dropped)
     dropped = samples(exporter.metrics(), "rocm_watchdog_http_connections_dropped_total")
-    for reason in ("header_timeout", "refused_address_share", "evicted_head"):
+    # Displaced as slow heads (an address once slow has its heads just begun displaced too, after the slow ones) or
+    # dropped at the head deadline, which the rotation of displacements mostly beats; refused past the share.
+    for reason in ("refused_address_share", "evicted_head"):
         assert dropped[f'{{reason="{reason}"}}'] > 0, dropped
+    assert dropped['{reason="evicted_head"}'] + dropped['{reason="header_timeout"}'] >= 5000, dropped
     lines = exporter.log_lines()
     assert_one_line_each(lines)
     # thousands of drops, a line for the first of each kind (and one a minute after)
@@ -400,11 +408,14 @@ def test_every_scrape_is_answered_through_bursts_of_1000_gets(exporter: Exporter
     report("bursts_of_1000_gets", {**result, **scrapers})
     assert not closing.failures and not keeping.failures, (closing.failures, keeping.failures)
     for outcome in result.values():
-        # every GET is answered (200, or 503 past the fair share) or, displaced in a full server, reset; none hangs
-        assert "timeout" not in outcome["outcomes"], outcome
-    # the server waits a moment for room instead of refusing clients that are sending their requests (before: 11 %)
+        # every GET is answered: 200, or 503 past the address's fair share; a full server leaves the rest in its
+        # listen queue until it has room, never closing one unanswered (before: 588 of 1000 closed in 0.1 s)
+        assert set(outcome["outcomes"]) <= {"200", "503"}, outcome
+    # from 100 addresses none is over its share: every one is served
     many = result["hundred_addresses"]
-    assert many["outcomes"].get("200", 0) >= many["gets"] / 2, many
+    assert many["outcomes"] == {"200": many["gets"]}, many
+    one = result["one_address"]  # at most its share (256) open at a time, the rest refused at once
+    assert one["outcomes"].get("200", 0) >= 256, one
     assert_one_line_each(exporter.log_lines())
 
 

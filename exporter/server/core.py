@@ -21,7 +21,8 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   then slow ones (a head still incomplete after ``SLOW_AFTER_SECONDS``, then a response not taken for as long),
   oldest first. When there is none, the server is full of clients that just connected or are being answered (a
   burst of scrapers): accepting stops until one of them closes, goes idle or turns slow, the next ones waiting in
-  the kernel's queue. A head just begun and a connection whose request is being handled are never displaced.
+  the kernel's queue; a newcomer whose own address holds slow ones is refused instead (503), not waited for. A
+  head just begun and a connection whose request is being handled are never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
   running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
   of 1 s for a slot, 0 for no limit), and one address gets at most half of them; a freed slot goes to the
@@ -88,9 +89,17 @@ AUTH_TRACKED_ADDRESSES = 4096  # buckets kept at most; empty ones are dropped fi
 # A head still incomplete this long after it began is slow (a scraper's arrives in one segment, within a round
 # trip); so is a response the client has not taken for as long. Slow ones are displaced before fresh ones.
 SLOW_AFTER_SECONDS = 1.0
-# When full of connections that just began and none is idle or slow, an accept loop stops accepting until one
-# closes, goes idle or turns slow; it looks again at least this often (a state change that sets no event).
+# When full of connections that just began and none is idle or slow, newcomers wait in a lobby of accepted
+# sockets (max_connections / 4 of them: within systemd's 1024 open files with max_connections, the listeners and the
+# exporter's own files) until one closes, goes idle or turns slow, the lightest address first; while the lobby is
+# full the accept loop stops and the next wait in the kernel's listen queue. Never more often than this.
 ROOM_RECHECK_SECONDS = 0.01
+LOBBY_MISSES_PER_PASS = 8  # newcomers of the lobby tried in vain per pass, before waiting for the next change
+# An address that held a slow connection (displaced as slow, or past the head deadline) counts as slow this long:
+# its heads just begun may be displaced too, after every slow one, and its newcomers are refused rather than
+# waited for when nothing can be displaced. A burst of scrapers never holds a slow one.
+SLOW_MEMORY_SECONDS = 10.0
+SLOW_TRACKED_ADDRESSES = 4096
 ACCEPTS_PER_TURN = 16  # connections accepted before the loop turns to those it accepted
 # A handler that answered this fast this many times in a row on a worker runs on the loop from then on, until
 # one run is slower (see HttpServer._run_inline). The cached exposition takes 0.05 ms for its bytes, plus the
@@ -185,6 +194,17 @@ class _Conn:
         self.started = False  # its task has run: the task closes the socket from then on
         self.evicted = False
         self.task: asyncio.Task[None] | None = None
+
+
+class _Waiting:
+    """A connection accepted while the server was full, waiting in the lobby for room (not read from yet)."""
+
+    __slots__ = ("client", "since", "sock")
+
+    def __init__(self, sock: socket.socket, client: str, since: float) -> None:
+        self.sock = sock
+        self.client = client
+        self.since = since
 
 
 class _BadRequest(Exception):
@@ -305,6 +325,11 @@ class HttpServer:
         self._stop: asyncio.Event | None = None
         self._freed = asyncio.Event()  # a connection closed or went idle (for an accept loop waiting for room)
         self._untidy = asyncio.Event()  # a client fault was counted or an address failed auth: housekeeping due
+        self._slow_until: dict[str, float] = {}  # address -> loop time until which it counts as slow
+        self._lobby: list[_Waiting] = []  # accepted while full, waiting for room, in arrival order
+        self._lobby_by: Counter[str] = Counter()
+        self._lobby_size = max(1, self.limits.max_connections // 4)
+        self._lobby_room = asyncio.Event()  # the lobby has a free seat (for an accept loop waiting for one)
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
 
@@ -377,14 +402,18 @@ class HttpServer:
         self._stop = asyncio.Event()
         accepters = [asyncio.create_task(self._accept(sock)) for sock in self.listeners]
         housekeeping = asyncio.create_task(self._housekeeping())
+        pump = asyncio.create_task(self._pump_lobby())
         self._ready.set()
         await self._stop.wait()
-        for task in (*accepters, housekeeping):
+        for task in (*accepters, housekeeping, pump):
             task.cancel()
         tasks = [c.task for conns in self._conns.values() for c in conns if c.task is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*accepters, housekeeping, *tasks, return_exceptions=True)
+        await asyncio.gather(*accepters, housekeeping, pump, *tasks, return_exceptions=True)
+        for waiting in self._lobby:
+            waiting.sock.close()
+        self._lobby.clear()
         self._flush_log(force=True)
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -479,20 +508,89 @@ class HttpServer:
                 await asyncio.sleep(0)
 
     async def _admit(self, sock: socket.socket, client: str) -> None:
+        """Serve the newcomer, displacing an idle or slow connection when full; refuse it (503) past its address's
+        share, or when full and its address is a slow one; else seat it in the lobby until there is room, and
+        while the lobby is full accept no other (the next wait in the kernel's listen queue)."""
         limits = self.limits
-        held = len(self._conns.get(client, ()))
+        held = len(self._conns.get(client, ())) + self._lobby_by[client]
         if held >= limits.connections_per_address:
             self._refuse(sock, "refused_address_share", client)
             return
-        loop = asyncio.get_running_loop()
-        if self._open >= limits.max_connections and not await self._make_room(sock, client, held):
-            self._refuse(sock, "refused_full", client)
+        if not self._lobby and self._seat(sock, client):
             return
+        self._lobby.append(_Waiting(sock, client, asyncio.get_running_loop().time()))
+        self._lobby_by[client] += 1
+        self._freed.set()  # the lobby's pump: one more to seat
+        while len(self._lobby) >= self._lobby_size:
+            self._lobby_room.clear()
+            await self._lobby_room.wait()
+
+    def _seat(self, sock: socket.socket, client: str) -> bool:
+        """Start serving ``sock`` if there is room or room can be made for it now; False: not now."""
+        if self._open >= self.limits.max_connections:
+            held = len(self._conns.get(client, ()))
+            if not (self._evict_for(client, held) or self._evict_own(client)):
+                if not self._is_slow(client, asyncio.get_running_loop().time()):
+                    return False
+                # Nothing to displace for it, and its address is a slow one (a slowloris): more of the same,
+                # refused rather than holding a seat in the lobby.
+                self._refuse(sock, "refused_full", client)
+                return True
+        loop = asyncio.get_running_loop()
         conn = _Conn(client, loop.time(), sock)
         self._conns.setdefault(client, set()).add(conn)
         self._open += 1
         self.counters.connections(self._open)
         conn.task = loop.create_task(self._serve(conn, sock))
+        return True
+
+    async def _pump_lobby(self) -> None:
+        """Seat the lobby's newcomers as room comes (a connection closes or goes idle, or one turns slow and can be
+        displaced): the address holding the fewest connections first, then the earliest, so a scraper waits
+        behind no attacker holding many."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._lobby:
+                self._seat_waiting(loop.time())
+            if self._lobby:
+                await self._room(self._until_displaceable(loop.time()))
+            else:
+                self._freed.clear()
+                await self._freed.wait()
+
+    def _seat_waiting(self, now: float) -> None:
+        order = sorted(self._lobby, key=lambda w: (len(self._conns.get(w.client, ())), w.since))
+        seated: set[_Waiting] = set()
+        displaceable: bool | None = None  # not looked yet
+        misses = 0
+        for waiting in order:
+            full = self._open >= self.limits.max_connections
+            if full:
+                if displaceable is None:
+                    displaceable = self._any_displaceable(now)
+                # Lightest first: when one cannot displace anything, the heavier ones can only displace their own.
+                if not displaceable or misses >= LOBBY_MISSES_PER_PASS:
+                    break
+            if self._seat(waiting.sock, waiting.client):
+                seated.add(waiting)
+                displaceable = None
+            else:
+                misses += 1
+        if seated:
+            self._lobby = [w for w in self._lobby if w not in seated]
+            for waiting in seated:
+                self._lobby_by[waiting.client] -= 1
+                if self._lobby_by[waiting.client] <= 0:
+                    del self._lobby_by[waiting.client]
+            self._lobby_room.set()
+
+    def _any_displaceable(self, now: float) -> bool:
+        return any(
+            self._rank(c, now, slow) is not None
+            for client, conns in self._conns.items()
+            for slow in (self._is_slow(client, now),)
+            for c in conns
+        )
 
     def _refuse(self, sock: socket.socket, reason: str, client: str) -> None:
         self._drop(reason, client)
@@ -505,43 +603,37 @@ class HttpServer:
                 sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         sock.close()
 
-    async def _make_room(self, sock: socket.socket, client: str, held: int) -> bool:
-        """The server is full: displace an idle or slow connection for ``client``; when there is none, accept no
-        other connection until one closes, goes idle or turns slow (the next newcomers wait in the kernel's listen
-        queue, whose size is ``backlog``), then try again. False when the newcomer is to be refused."""
-        loop = asyncio.get_running_loop()
-        while True:
-            evicted = self._evict_for(client, held)
-            if evicted:
-                return True
-            if evicted is False and self._holds_slow(client, loop.time()):
-                # Its address holds as many as any, and slow ones among them: more of the same.
-                return False
-            # Full of connections being answered or just begun (a burst of scrapers sending their requests): one
-            # is done in a moment, or turns slow within SLOW_AFTER_SECONDS and can be displaced then. A head just
-            # begun is never displaced: its client is sending a request the server would answer.
-            try:
-                await self._room(self._until_displaceable(loop.time()))
-            except asyncio.CancelledError:
-                sock.close()
-                raise
-            if self._open < self.limits.max_connections:
-                return True
-            held = len(self._conns.get(client, ()))
-
     def _until_displaceable(self, now: float) -> float:
-        """Seconds until a connection open now could turn slow (a head or a response of SLOW_AFTER_SECONDS); at
-        most that, at least a few milliseconds (not a spin)."""
+        """Seconds until the next connection open now turns slow (a head or a response of SLOW_AFTER_SECONDS; those
+        slow already could not be displaced): at most that, at least a few milliseconds (not a spin)."""
         waiting = [
-            c.since + SLOW_AFTER_SECONDS - now
+            left
             for conns in self._conns.values()
             for c in conns
-            if not c.evicted and c.state in (_State.HANDSHAKE, _State.HEAD, _State.WRITE)
+            if not c.evicted
+            and c.state in (_State.HANDSHAKE, _State.HEAD, _State.WRITE)
+            and (left := c.since + SLOW_AFTER_SECONDS - now) > 0
         ]
-        return min(SLOW_AFTER_SECONDS, max(ROOM_RECHECK_SECONDS, min(waiting, default=SLOW_AFTER_SECONDS)))
+        return max(ROOM_RECHECK_SECONDS, min(waiting, default=SLOW_AFTER_SECONDS))
 
-    def _holds_slow(self, client: str, now: float) -> bool:
-        return any(self._rank(c, now) is not None for c in self._conns.get(client, ()))
+    def _is_slow(self, client: str, now: float) -> bool:
+        """Whether ``client`` held a slow connection within SLOW_MEMORY_SECONDS: its heads just begun are likely
+        more of the same, and are displaced after every slow one."""
+        until = self._slow_until.get(client)
+        if until is None:
+            return False
+        if until <= now:
+            del self._slow_until[client]
+            return False
+        return True
+
+    def _mark_slow(self, client: str, now: float) -> None:
+        if client not in self._slow_until and len(self._slow_until) >= SLOW_TRACKED_ADDRESSES:
+            for address in [a for a, until in self._slow_until.items() if until <= now]:
+                del self._slow_until[address]
+            if len(self._slow_until) >= SLOW_TRACKED_ADDRESSES:
+                del self._slow_until[min(self._slow_until, key=self._slow_until.__getitem__)]
+        self._slow_until[client] = now + SLOW_MEMORY_SECONDS
 
     async def _room(self, timeout: float) -> None:
         """Until a connection closes or goes idle (or ``timeout``)."""
@@ -550,18 +642,46 @@ class HttpServer:
             await _within(self._freed.wait(), timeout)
 
     @staticmethod
-    def _rank(conn: _Conn, now: float) -> int | None:
+    def _rank(conn: _Conn, now: float, slow_address: bool) -> int | None:
         """Which connections go first when the server is full (lowest first); None: never displaced."""
         if conn.evicted:
             return None
         slow = now - conn.since >= SLOW_AFTER_SECONDS
         if conn.state is _State.IDLE:
             return 0
-        if conn.state in (_State.HEAD, _State.HANDSHAKE) and slow:
-            return 1  # a head just begun is never displaced: its client is sending a request to answer
+        if conn.state in (_State.HEAD, _State.HANDSHAKE):
+            # A head just begun is not displaced, its client sending a request to answer, unless its address has
+            # been slow lately (a slowloris reconnecting).
+            return 1 if slow else 3 if slow_address else None
         if conn.state is _State.WRITE and slow:
             return 2
         return None
+
+    def _displace(self, victim: _Conn, rank: int, newcomer: str, now: float) -> None:
+        victim.evicted = True
+        self._forget(victim)
+        if victim.task is not None:
+            victim.task.cancel()
+        if not victim.started:  # cancelled before it ran: its finally will never close the socket
+            victim.sock.close()
+        if rank in (1, 2):
+            self._mark_slow(victim.client, now)
+        state = "head" if victim.state is _State.HANDSHAKE else victim.state.value
+        self._drop(f"evicted_{state}", victim.client, newcomer=newcomer)
+
+    def _evict_own(self, client: str) -> bool:
+        """Displace one of ``client``'s own idle or slow connections for its newcomer (nothing else to displace):
+        an address replaces its own, its count unchanged."""
+        now = asyncio.get_running_loop().time()
+        slow_address = self._is_slow(client, now)
+        ranked = [
+            (r, c.since, c) for c in self._conns.get(client, ()) if (r := self._rank(c, now, slow_address)) is not None
+        ]
+        if not ranked:
+            return False
+        rank, _, victim = min(ranked, key=lambda item: (item[0], item[1]))
+        self._displace(victim, rank, client, now)
+        return True
 
     def _evict_for(self, client: str, held: int) -> bool | None:
         """Make room for ``client`` (holding ``held``) by displacing a connection of the address holding the
@@ -572,19 +692,13 @@ class HttpServer:
         for other, conns in sorted(self._conns.items(), key=lambda item: -len(item[1])):
             if other != client and len(conns) <= held + 1:
                 return None if passed else False
-            ranked = [(rank, c.since, c) for c in conns if (rank := self._rank(c, now)) is not None]
+            slow_address = self._is_slow(other, now)
+            ranked = [(r, c.since, c) for c in conns if (r := self._rank(c, now, slow_address)) is not None]
             if not ranked:
                 passed = passed or other != client
                 continue
-            victim = min(ranked, key=lambda item: (item[0], item[1]))[2]
-            victim.evicted = True
-            self._forget(victim)
-            if victim.task is not None:
-                victim.task.cancel()
-            if not victim.started:  # cancelled before it ran: its finally will never close the socket
-                victim.sock.close()
-            state = "head" if victim.state is _State.HANDSHAKE else victim.state.value
-            self._drop(f"evicted_{state}", victim.client, newcomer=client)
+            rank, _, victim = min(ranked, key=lambda item: (item[0], item[1]))
+            self._displace(victim, rank, client, now)
             return True
         return None
 
@@ -663,6 +777,7 @@ class HttpServer:
                 clean = True  # closed between requests, or a TCP probe that sends nothing
         except asyncio.TimeoutError:
             if conn.state in (_State.HANDSHAKE, _State.HEAD):
+                self._mark_slow(conn.client, loop.time())
                 self._drop("header_timeout", conn.client, phase=conn.state.value)
             elif conn.state is _State.IDLE:
                 self._drop("idle_timeout", conn.client)
