@@ -7,8 +7,10 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
 - **Accept while there is room, queue when there is not.** The kernel's listen queue (``backlog``,
   ``--web.listen-backlog``, capped at net.core.somaxconn) is drained as fast as connections come while the server
   has room, so a burst of scrapers never waits for a SYN retransmit; an address over its share is answered 503
-  right after accept (plain HTTP). When the server is full and nothing can be displaced, it stops accepting and
-  the newcomers wait in the listen queue until a connection closes: never closed unanswered. The loop turns every
+  right after accept (plain HTTP). When the server is full and nothing can be displaced, newcomers wait in a lobby
+  of accepted connections (``max_connections / 4``), the address holding the fewest seated first when room comes;
+  while the lobby is full the loop stops accepting and the next wait in the listen queue: none is closed
+  unanswered. The loop turns every
   ``ACCEPTS_PER_TURN`` accepted connections, so requests already in their sockets are answered before the next
   thousand are accepted.
 - **Whole-head deadline.** A connection has ``header_timeout`` from accept for its TLS handshake and its
@@ -19,10 +21,11 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   one) holds more than half of them (503 beyond). When the server is full, a newcomer displaces a connection of
   the address holding the most, unless the newcomer's own address would then hold as many: idle ones first,
   then slow ones (a head still incomplete after ``SLOW_AFTER_SECONDS``, then a response not taken for as long),
-  oldest first. When there is none, the server is full of clients that just connected or are being answered (a
-  burst of scrapers): accepting stops until one of them closes, goes idle or turns slow, the next ones waiting in
-  the kernel's queue; a newcomer whose own address holds slow ones is refused instead (503), not waited for. A
-  head just begun and a connection whose request is being handled are never displaced.
+  oldest first, then, of an address that held a slow one within ``SLOW_MEMORY_SECONDS`` (a slowloris reconnecting),
+  heads just begun. When there is none, the server is full of clients that just connected or are being answered
+  (a burst of scrapers): newcomers wait (the lobby, the listen queue) until one closes, goes idle or turns slow; a
+  newcomer of such a slow address is refused instead (503), not waited for. Any other head just begun, and a
+  connection whose request is being handled, are never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
   running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
   of 1 s for a slot, 0 for no limit), and one address gets at most half of them; a freed slot goes to the
@@ -323,7 +326,7 @@ class HttpServer:
         self._auth_pool = ThreadPoolExecutor(self.limits.auth_workers, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._freed = asyncio.Event()  # a connection closed or went idle (for an accept loop waiting for room)
+        self._freed = asyncio.Event()  # a connection closed or went idle, or a newcomer joined the lobby (its pump)
         self._untidy = asyncio.Event()  # a client fault was counted or an address failed auth: housekeeping due
         self._slow_until: dict[str, float] = {}  # address -> loop time until which it counts as slow
         self._lobby: list[_Waiting] = []  # accepted while full, waiting for room, in arrival order
@@ -516,7 +519,8 @@ class HttpServer:
         if held >= limits.connections_per_address:
             self._refuse(sock, "refused_address_share", client)
             return
-        if not self._lobby and self._seat(sock, client):
+        # Behind those waiting already; a slow address's newcomer is refused at once rather than seated to wait.
+        if (not self._lobby or self._is_slow(client, asyncio.get_running_loop().time())) and self._seat(sock, client):
             return
         self._lobby.append(_Waiting(sock, client, asyncio.get_running_loop().time()))
         self._lobby_by[client] += 1
