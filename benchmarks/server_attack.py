@@ -17,6 +17,9 @@ process with its limit raised to the hard one (at most 8192): it holds the attac
   warning's estimate of one check of the cost-18 hash. The cost-18 user's own wrong password is not timed (about
   16 s here a check): the estimate says it.
 - ``burst``: 1000 complete ``GET /metrics`` opened at once, from 100 addresses and from one: how each ended.
+- ``full``: 240 GETs at once from 100 addresses on a server that stays full: ``exporter.http.serve`` alone in a
+  process (``serve-full``), 64 connections at most, each answer 0.4 s of one of its 8 workers (a slow handler), so
+  answers end 8 at a time every 0.4 s for 12 s: how each GET ended, and what the server dropped.
 - ``shared``: an attacker guessing passwords as fast as it is answered from the scraper's own address, for
   ``--seconds``, while the scraper (its pair verified first) scrapes every 0.2 s: what each got.
 """
@@ -243,9 +246,65 @@ def shared(project: Path, tmp: Path, seconds: float) -> dict[str, Any]:
         exporter.stop()
 
 
+FULL_CONNECTIONS = 64
+# Answers that end 8 at a time every 0.4 s: longer than the old server waited for a connection to close (0.2 s)
+FULL_ANSWER_SECONDS = 0.4
+FULL_WORKERS = 8
+FULL_GETS = 240
+
+
+def serve_full(port: int) -> None:
+    """``serve-full PORT``: the HTTP server of the checkout on PYTHONPATH, full of slow answers (see ``full``)."""
+    import exporter
+    from exporter.http import Limits, make_app, serve
+    from exporter.webconfig import WebConfig
+
+    print(f"exporter from {Path(exporter.__file__).parent}", file=sys.stderr, flush=True)
+
+    def slow(openmetrics: bool, gz: bool) -> bytes:
+        time.sleep(FULL_ANSWER_SECONDS)
+        return b"x 1\n"
+
+    app = make_app(slow, WebConfig(), lambda: (True, "ok"))
+    limits = Limits(max_connections=FULL_CONNECTIONS, max_requests=0, workers=FULL_WORKERS)
+    server = serve(f"127.0.0.1:{port}", app, WebConfig(), limits=limits)
+    print("serving", flush=True)
+    signal.sigwait({signal.SIGTERM})
+    print(json.dumps({"dropped": dict(server.stats().dropped)}), flush=True)
+    server.shutdown()
+
+
+def full(project: Path, repeats: int) -> list[dict[str, Any]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # inherited: the child waits for it with sigwait
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    proc = subprocess.Popen([sys.executable, __file__, "serve-full", str(port)], env=env, cwd=project,
+                            stdout=subprocess.PIPE, text=True, preexec_fn=_limit_files)  # fmt: skip
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    runs = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "serving"
+        for _ in range(repeats):
+            runs.append(asyncio.run(_burst(port, [f"127.0.1.{1 + n % 100}" for n in range(FULL_GETS)])))
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    last = [line for line in out.splitlines() if line.startswith('{"dropped"')][-1]  # the server logs there too
+    dropped = {k: v for k, v in json.loads(last)["dropped"].items() if v}
+    return [*runs, {"server_dropped_in_all": dropped}]
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["serve-full"]:
+        # the checkout on PYTHONPATH (--project), not this file's
+        sys.path[:] = [p for p in sys.path if p not in (str(ROOT), str(ROOT / "tests"))]
+        serve_full(int(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="cost18,burst,shared")
+    parser.add_argument("--only", default="cost18,burst,full,shared")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0, help="of the shared-address attack")
     parser.add_argument("--project", type=Path, default=ROOT, help="the checkout whose serve runs")
@@ -260,6 +319,8 @@ def main() -> None:
                 results["cost18"] = cost18(args.project, tmp, args.repeats)
             elif case == "burst":
                 results["burst"] = burst(args.project, tmp, args.repeats)
+            elif case == "full":
+                results["full"] = full(args.project, args.repeats)
             elif case == "shared":
                 results["shared_address"] = shared(args.project, tmp, args.seconds)
             else:
