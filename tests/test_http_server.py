@@ -443,7 +443,8 @@ def test_a_cost_18_users_file_runs_nothing_above_cost_12_before_the_first_accept
     costs = [cost_of(h) for h in bcrypt_runs.every]
     # before the first accept: the dummy's making (cost 4) and those timing the warning's estimate (cost 8)
     assert before_accept == [4, 8, 8, 8], before_accept
-    assert costs[len(before_accept) :] == [MAX_DUMMY_COST, 10, 10], costs  # the unknown user, the wrong and the right password
+    # then the unknown user, the wrong password and the right one
+    assert costs[len(before_accept) :] == [MAX_DUMMY_COST, 10, 10], costs
     assert max(c for c in costs if c is not None) <= MAX_DUMMY_COST
     warnings = [e for e in logs if e["event"] == "http_auth_hash_expensive"]
     assert len(warnings) == 1 and warnings[0]["user"] == "admin" and warnings[0]["cost"] == 18, warnings
