@@ -26,7 +26,7 @@ DROP_REASONS = (
     "evicted_head",  # displaced when the server was full: still sending its request head
     "evicted_write",  # displaced when the server was full: not taking its response
     "refused_address_share",  # its client address already held its share of the connections
-    "refused_full",  # the server was full, nothing could be displaced for it, and its address held slow ones
+    "refused_full",  # the server was full, nothing could be displaced for it, and its address was slow lately
 )
 # The statuses every series starts with (others appear when first answered).
 INITIAL_CODES = (200, 401, 429, 503)
