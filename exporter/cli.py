@@ -61,6 +61,17 @@ def _count(value: Any) -> int:
     return int(value)
 
 
+def _positive(value: Any) -> int:
+    """A whole number of at least 1."""
+    try:
+        count = _count(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    return count
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -131,6 +142,7 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "web.listen-address": ("listen_address", _listen_address),
     "web.config.file": ("web_config_file", _path),
     "web.max-requests": ("web_max_requests", _count),
+    "web.listen-backlog": ("web_listen_backlog", _positive),
     "web.systemd-socket": ("web_systemd_socket", _flag),
     "web.telemetry-path": ("web_telemetry_path", _telemetry_path),
     "web.disable-exporter-metrics": ("web_disable_exporter_metrics", _flag),
@@ -167,6 +179,8 @@ _HELP = {
     "web.listen-address": "address to serve /metrics on [:9862] (serve only)",
     "web.config.file": "TLS / basic-auth settings, exporter-toolkit web-config YAML",
     "web.max-requests": "scrapes served at once; 503 beyond, 0 = no limit [40]",
+    "web.listen-backlog": "connections the kernel queues while the server is full, capped at net.core.somaxconn "
+    "(not with --web.systemd-socket: the socket unit's Backlog=) [1024]",
     "web.systemd-socket": "use the sockets systemd passed (socket activation) instead of --web.listen-address",
     "web.telemetry-path": "path under which to expose metrics [/metrics]",
     "web.disable-exporter-metrics": "exclude the exporter's own process_*, python_* and scrape-duration metrics",
@@ -227,6 +241,7 @@ _APPLIES: dict[str, frozenset[str]] = {
         ("web.listen-address", "web.config.file", "web.max-requests", "web.systemd-socket", "web.telemetry-path"),
         _SERVE,
     ),
+    "web.listen-backlog": _SERVE,
     "web.disable-exporter-metrics": _SERVE,
     **dict.fromkeys(("path.rootfs", "path.sysfs", "path.devfs", "path.procfs"), _STATE),
     **dict.fromkeys(
@@ -277,7 +292,7 @@ def _commands(applies: frozenset[str]) -> str:
 
 def suggest(name: str, candidates: Sequence[str]) -> str | None:
     """The candidate ``name`` most likely meant: the same words with other separators (``web-listen-address``
-    for ``web.listen-address``), else the closest spelling (difflib)."""
+    for ``web.listen-address``), else a flag it abbreviates, else the closest spelling (difflib)."""
 
     def words(text: str) -> str:
         return re.sub(r"[-_.]+", ".", text.lower())
@@ -285,6 +300,11 @@ def suggest(name: str, candidates: Sequence[str]) -> str | None:
     for candidate in candidates:
         if words(candidate) == words(name):
             return candidate
+    # an abbreviation: the shortest flag it begins, the first in order of those as long (--web.listen is
+    # --web.listen-address rather than --web.listen-backlog)
+    begun = sorted((c for c in candidates if words(c).startswith(words(name))), key=lambda c: (len(c), c))
+    if begun:
+        return begun[0]
     import difflib  # only when something is wrong: 5 ms of imports
 
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
@@ -1142,7 +1162,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     from exporter.metrics.exposition import VOLATILE_SECONDS, Exposition
     from exporter.metrics.selfmetrics import ExporterMetrics
     from exporter.reload import Reloader, Running, rules_digest
-    from exporter.server.listen import SystemdSocketError
+    from exporter.server.listen import SystemdSocketError, effective_backlog
     from exporter.server.stats import ServerStats
     from exporter.sources.wakeup import Interrupt, wait_readable
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
@@ -1177,7 +1197,11 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     def healthy() -> tuple[bool, str]:
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
 
-    limits = Limits(max_requests=config.web_max_requests, limited_paths=frozenset({config.web_telemetry_path}))
+    limits = Limits(
+        backlog=config.web_listen_backlog,
+        max_requests=config.web_max_requests,
+        limited_paths=frozenset({config.web_telemetry_path}),
+    )
     app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe)
     try:
         server = serve(
@@ -1227,6 +1251,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         tls=web.ssl_context is not None,
         systemd_socket=config.web_systemd_socket,
         max_requests=config.web_max_requests,
+        listen_backlog=None if config.web_systemd_socket else effective_backlog(config.web_listen_backlog),
         telemetry_path=config.web_telemetry_path,
         exporter_metrics=not config.web_disable_exporter_metrics,
     )

@@ -29,6 +29,7 @@ class Config(msgspec.Struct, frozen=True):
     listen_address: str = ":9862"
     web_config_file: Path | None = None
     web_max_requests: int = 40  # /metrics requests in flight; 503 beyond; 0: no limit (node_exporter's default)
+    web_listen_backlog: int = 1024  # the kernel's queue of connections not accepted yet; capped at somaxconn
     web_systemd_socket: bool = False  # serve on the sockets systemd passed instead of listen_address
     web_telemetry_path: str = "/metrics"  # where the exposition is served
     # drop the exporter's own process_*, python_* and scrape-duration series (node_exporter's flag of that name)

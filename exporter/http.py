@@ -19,11 +19,14 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
+from exporter.logging import get_logger
 from exporter.server.auth import BasicAuth
 from exporter.server.core import HttpServer, Limits, Request, Response
 from exporter.server.listen import bind_listener, effective_backlog, parse_listen_address, systemd_listeners
 from exporter.server.stats import ServerStats
 from exporter.webconfig import CertificateReloader, WebConfig
+
+log = get_logger("http")
 
 __all__ = [
     "App",
@@ -143,7 +146,13 @@ def serve(
     listen. ``stats``: where the server counts its clients, for the ``rocm_watchdog_http_*`` metrics (made by the
     server when None)."""
     limits = limits or Limits()
-    listeners = systemd_listeners() if systemd_socket else [bind_listener(address, effective_backlog(limits.backlog))]
+    if systemd_socket:
+        listeners = systemd_listeners()  # listening already, with the socket unit's Backlog=
+    else:
+        backlog = effective_backlog(limits.backlog)
+        if backlog < limits.backlog:  # listen() would truncate it silently
+            log.info("listen_backlog_capped", requested=limits.backlog, somaxconn=backlog)
+        listeners = [bind_listener(address, backlog)]
     server = HttpServer(
         listeners,
         app,

@@ -14,7 +14,7 @@ What a reload applies without a restart, and how:
 
 What needs a restart (logged as ``config_reload_needs_restart``, the running value kept): the listening
 sockets and their limits: ``--web.listen-address``, ``--web.systemd-socket``, ``--web.max-requests``,
-``--web.telemetry-path``.
+``--web.listen-backlog``, ``--web.telemetry-path``.
 
 Flags given on the command line still win over the file, as at start: the reload re-reads the file and applies
 the same flags over it.
@@ -50,6 +50,7 @@ FLAG_OF = {
     "listen_address": "web.listen-address",
     "web_config_file": "web.config.file",
     "web_max_requests": "web.max-requests",
+    "web_listen_backlog": "web.listen-backlog",
     "web_systemd_socket": "web.systemd-socket",
     "web_telemetry_path": "web.telemetry-path",
     "web_disable_exporter_metrics": "web.disable-exporter-metrics",
@@ -83,7 +84,9 @@ FLAG_OF = {
     "check_probe": "probe",
     "devices_probe": "devices.probe",
 }
-RESTART_ONLY = frozenset({"listen_address", "web_systemd_socket", "web_max_requests", "web_telemetry_path"})
+RESTART_ONLY = frozenset(
+    {"listen_address", "web_systemd_socket", "web_max_requests", "web_telemetry_path", "web_listen_backlog"}
+)
 SOURCE_FIELDS = frozenset(
     {
         "rootfs",

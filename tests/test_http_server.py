@@ -5,12 +5,15 @@ Fair shares are per client address, so the "other clients" here connect from 127
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import gzip
 import http.client
 import json
 import logging
 import os
+import shutil
 import socket
 import ssl
 import statistics
@@ -21,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import bcrypt
 import pytest
@@ -40,8 +44,9 @@ from exporter.http import (
     wants_openmetrics,
 )
 from exporter.metrics.health import http_server_families
+from exporter.server import auth as auth_module
 from exporter.server import core
-from exporter.server.auth import BasicAuth, parse_basic
+from exporter.server.auth import MAX_DUMMY_COST, BasicAuth, cost_of, parse_basic
 from exporter.server.core import AUTH_FAILURES_PER_ADDRESS, HttpServer
 from exporter.server.stats import DROP_REASONS, ServerStats
 from exporter.webconfig import WebConfig, load_web_config
@@ -319,17 +324,10 @@ def test_connection_cap_keeps_a_share_for_other_addresses() -> None:
                 s.close()
 
 
-def test_basic_auth_over_http_with_cache_and_no_500(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_basic_auth_over_http_with_cache_and_no_500(bcrypt_calls: list[bytes]) -> None:
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
     web = WebConfig(basic_auth_users={"alice": hashed})
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    calls = bcrypt_calls
     auth = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
     with running(web=web) as server:
         assert get(server)[0] == 401
@@ -344,16 +342,10 @@ def test_basic_auth_over_http_with_cache_and_no_500(monkeypatch: pytest.MonkeyPa
         assert get(server, "/healthz")[0] == 401  # every path, checked right after the head
 
 
-def test_auth_unknown_user_costs_a_bcrypt_like_a_known_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auth_unknown_user_costs_a_bcrypt_like_a_known_one(bcrypt_calls: list[bytes]) -> None:
     auth = BasicAuth({"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=5))})
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    calls = bcrypt_calls
+    assert not calls  # the dummy is made without checking a password
     b64 = base64.b64encode
     assert not auth.check("Basic " + b64(b"mallory:pw").decode())
     assert not auth.check("Basic " + b64(b"alice:wrong").decode())
@@ -369,18 +361,32 @@ def basic(user: bytes, password: bytes, scheme: str = "Basic") -> dict[str, str]
     return {"Authorization": f"{scheme} " + base64.b64encode(user + b":" + password).decode()}
 
 
+class BcryptRuns(NamedTuple):
+    every: list[bytes]  # the salt or hash (and so the cost) of every bcrypt run, in order
+    checks: list[bytes]  # those that checked a password against a whole hash (not the dummy's making)
+
+
 @pytest.fixture
-def bcrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The hashes bcrypt.checkpw was asked to check against, in order."""
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
+def bcrypt_runs(monkeypatch: pytest.MonkeyPatch) -> BcryptRuns:
+    """The server's one bcrypt call (``exporter.server.auth.bcrypt_hash``) wrapped: each run recorded, the real
+    bcrypt still run."""
+    runs = BcryptRuns([], [])
+    real = auth_module.bcrypt_hash
 
-    def counting(password: bytes, hashed_password: bytes) -> bool:
-        calls.append(hashed_password)
-        return real(password, hashed_password)
+    def counting(password: bytes, setting: bytes) -> bytes:
+        runs.every.append(setting)
+        if len(setting) >= 59:  # a whole hash (a salt alone is 29 bytes)
+            runs.checks.append(setting)
+        return real(password, setting)
 
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
-    return calls
+    monkeypatch.setattr(auth_module, "bcrypt_hash", counting)
+    return runs
+
+
+@pytest.fixture
+def bcrypt_calls(bcrypt_runs: BcryptRuns) -> list[bytes]:
+    """The hashes bcrypt checked a password against, in order."""
+    return bcrypt_runs.checks
 
 
 def test_unknown_and_known_users_take_the_same_bcrypt_path(bcrypt_calls: list[bytes]) -> None:
@@ -403,6 +409,60 @@ def test_unknown_and_known_users_take_the_same_bcrypt_path(bcrypt_calls: list[by
     print(f"\nmedian 401 at bcrypt cost 10, ms: {medians}")
     ratio = medians["unknown user"] / medians["known user, wrong password"]
     assert 1 / 3 < ratio < 3, medians  # the same work; loose, for a shared machine
+
+
+def rewrite_cost(hashed: bytes, cost: int) -> bytes:
+    """A well-formed hash of ``cost`` that no known password matches: a cheap hash with its cost field rewritten
+    (making a real cost-18 hash takes about 16 s here; checking one would take as long, and no test does)."""
+    return hashed[:4] + b"%02d" % cost + hashed[6:]
+
+
+def test_a_cost_18_users_file_runs_nothing_above_cost_12_before_the_first_accept_nor_for_unknown_users(
+    tmp_path: Path, bcrypt_runs: BcryptRuns
+) -> None:
+    """The issue: with a cost-18 hash in basic_auth_users (exporter-toolkit's own test users file has one) the server
+    answered nothing for about 20 s at start, and every request naming an unknown user burnt as long again: the
+    dummy hash was made, and checked, at the highest cost configured. Now every bcrypt run is counted with its
+    cost (the real bcrypt, through the server's one call of it): loading runs none above cost 8, the unknown user
+    costs cost 12, the known user of cost 10 its cost 10, and the cost-18 hash gets one warning."""
+    expensive = rewrite_cost(bcrypt.hashpw(b"unknowable", bcrypt.gensalt(rounds=4)), 18)
+    scraper = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))
+    (tmp_path / "web.yml").write_text(
+        f"basic_auth_users:\n  admin: {expensive.decode()}\n  prometheus: {scraper.decode()}\n"
+    )
+    with capture_logs() as logs:
+        web = load_web_config(tmp_path / "web.yml")  # the users file is accepted, whatever its costs
+        with running(web=web) as server:
+            before_accept = [cost_of(h) for h in bcrypt_runs.every]
+            assert server.stats().connections == 0 and server.stats().requests[401] == 0
+            unknown = get(server, headers=basic(b"mallory", b"guess"), source="127.0.5.1")
+            known = get(server, headers=basic(b"prometheus", b"wrong"), source="127.0.5.2")
+            right = get(server, headers=basic(b"prometheus", b"right"), source="127.0.5.3")
+            assert (unknown[0], known[0], right[0]) == (401, 401, 200)
+            assert server.stats().bcrypt_checks == 3
+    costs = [cost_of(h) for h in bcrypt_runs.every]
+    # before the first accept: the dummy's making (cost 4) and those timing the warning's estimate (cost 8)
+    assert before_accept == [4, 8, 8, 8], before_accept
+    # then the unknown user, the wrong password and the right one
+    assert costs[len(before_accept) :] == [MAX_DUMMY_COST, 10, 10], costs
+    assert max(c for c in costs if c is not None) <= MAX_DUMMY_COST
+    warnings = [e for e in logs if e["event"] == "http_auth_hash_expensive"]
+    assert len(warnings) == 1 and warnings[0]["user"] == "admin" and warnings[0]["cost"] == 18, warnings
+    assert warnings[0]["log_level"] == "warning" and "timing" in warnings[0]["detail"]
+    assert warnings[0]["unknown_user_cost"] == MAX_DUMMY_COST and warnings[0]["seconds_per_uncached_check"] > 1
+
+
+@pytest.mark.parametrize(("costs", "dummy"), [((5,), 5), ((10, 11), 11), ((12,), 12), ((10, 13), 12), ((31,), 12)])
+def test_the_unknown_users_hash_has_the_highest_configured_cost_capped_at_12(
+    costs: tuple[int, ...], dummy: int, bcrypt_runs: BcryptRuns
+) -> None:
+    cheap = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
+    auth = BasicAuth({f"user{n}": rewrite_cost(cheap, cost) for n, cost in enumerate(costs)})
+    assert auth.dummy_cost == dummy
+    assert max(c for h in bcrypt_runs.every if (c := cost_of(h)) is not None) <= 8  # nothing at the hash's cost
+    if dummy <= 10:  # check it (above, a check costs seconds): the dummy's cost is the one bcrypt runs
+        assert not auth.check("Basic " + base64.b64encode(b"nobody:pw").decode())
+        assert [cost_of(h) for h in bcrypt_runs.checks] == [dummy]
 
 
 def test_authorised_scrapes_pay_bcrypt_once_and_a_reloaded_password_invalidates_them(
@@ -461,8 +521,8 @@ def test_every_auth_failure_is_401_never_500() -> None:
 
 
 def test_brute_force_is_limited_per_address_without_bcrypt(bcrypt_calls: list[bytes]) -> None:
-    web = WebConfig(basic_auth_users={"alice": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))})
-    with running(web=web) as server:
+    users = {name: bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)) for name in ("alice", "bob")}
+    with running(web=WebConfig(basic_auth_users=users)) as server:
         assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200  # verified, cached
         for n in range(AUTH_FAILURES_PER_ADDRESS):
             assert get(server, headers=basic(b"alice", b"guess%d" % n), source="127.0.0.5")[0] == 401
@@ -470,14 +530,38 @@ def test_brute_force_is_limited_per_address_without_bcrypt(bcrypt_calls: list[by
         for n in range(5):  # the address is over its limit: 429 at once, no bcrypt
             status, headers, _ = get(server, headers=basic(b"alice", b"more%d" % n), source="127.0.0.5")
             assert status == 429 and 1 <= int(headers["retry-after"]) <= 6
-        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.5")[0] == 429  # even the right one
+        # the right password not verified yet needs a bcrypt: 429 too; a pair verified before needs none: served
+        assert get(server, headers=basic(b"bob", b"pw"), source="127.0.0.5")[0] == 429
+        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.5")[0] == 200
         assert len(bcrypt_calls) == 1 + AUTH_FAILURES_PER_ADDRESS
         # every other address is unaffected: the cached pair, and a first check of the right password
         assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.1")[0] == 200
-        assert get(server, headers=basic(b"alice", b"pw"), source="127.0.0.6")[0] == 200
+        assert get(server, headers=basic(b"bob", b"pw"), source="127.0.0.6")[0] == 200
         stats = server.stats()
         assert stats.auth_failures == AUTH_FAILURES_PER_ADDRESS and stats.requests[429] == 6
         assert stats.events["auth_locked"] == 6
+        assert stats.bcrypt_checks == len(bcrypt_calls) == 2 + AUTH_FAILURES_PER_ADDRESS
+
+
+def test_an_attacker_sharing_the_scrapers_address_cannot_lock_its_scrapes_out(bcrypt_calls: list[bytes]) -> None:
+    """The issue: ten wrong passwords a minute from the scraper's own address (the same node, a NAT, a shared SNAT)
+    kept every scrape with the right, already verified credentials at 429. The limiter gates bcrypt work only."""
+    web = WebConfig(basic_auth_users={"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))})
+    scraper = basic(b"prometheus", b"right")
+    with running(web=web) as server:
+        assert get(server, headers=scraper)[0] == 200  # the scraper's pair, verified by its one bcrypt
+        answers = []
+        start = time.monotonic()
+        for n in range(AUTH_FAILURES_PER_ADDRESS + 20):  # the attacker, from 127.0.0.1 too, between scrapes
+            answers.append(get(server, headers=basic(b"prometheus", b"guess%d" % n))[0])
+            assert get(server, headers=scraper)[0] == 200
+        leaked = int((time.monotonic() - start) * AUTH_FAILURES_PER_ADDRESS / core.AUTH_FAILURE_WINDOW_SECONDS)
+        # 10 bcrypts for the attacker, then 429 without one (but for one more per failure leaked meanwhile)
+        assert answers[:AUTH_FAILURES_PER_ADDRESS] == [401] * AUTH_FAILURES_PER_ADDRESS
+        assert AUTH_FAILURES_PER_ADDRESS <= answers.count(401) <= AUTH_FAILURES_PER_ADDRESS + leaked, answers
+        assert set(answers) == {401, 429}
+        assert len(bcrypt_calls) == 1 + answers.count(401) == server.stats().bcrypt_checks
+        assert server.stats().requests[200] == 1 + len(answers)
 
 
 def test_brute_force_bucket_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -663,6 +747,69 @@ def test_systemd_socket_without_sockets_is_a_config_error(tmp_path: Path) -> Non
         check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "--web.systemd-socket: no socket activation" in proc.stderr
+
+
+def test_a_full_server_queues_newcomers_and_answers_every_one() -> None:
+    """The issue: a full server closed what it could not take (412 of 1000 answered, 588 closed unanswered). Now,
+    with nothing idle or slow to displace, newcomers wait (a lobby of accepted connections, then the kernel's
+    listen queue) until a connection frees: 240 GETs at once on 8 connections, each answer 20 ms of a worker, all
+    answered 200, nothing displaced or refused."""
+
+    def slow(openmetrics: bool, gz: bool) -> bytes:
+        time.sleep(0.02)
+        return b"x 1\n"
+
+    limits = Limits(max_connections=8, max_requests=0)
+    with running(limits, exposition=slow) as server:
+        port = server.server_port
+
+        async def burst() -> list[str]:
+            loop = asyncio.get_running_loop()
+
+            async def one(source: str) -> str:
+                sock = socket.socket()
+                sock.setblocking(False)
+                sock.bind((source, 0))
+                try:
+                    await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), 30)
+                    await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    answer = b""
+                    while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 30):
+                        answer += chunk
+                    return answer[9:12].decode() or "closed"
+                except OSError as exc:
+                    return type(exc).__name__
+                finally:
+                    sock.close()
+
+            # 60 addresses, 4 each: none past its share (half of 8)
+            return await asyncio.gather(*(one(f"127.0.6.{1 + n % 60}") for n in range(240)))
+
+        outcomes = asyncio.run(burst())
+        stats = server.stats()
+    assert outcomes == ["200"] * 240, collections.Counter(outcomes)
+    assert stats.requests[200] == 240 and not any(stats.dropped.values()), stats.dropped
+    assert not any(kind.startswith(("evicted", "refused")) for kind in stats.events), stats.events
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) not installed")
+def test_listen_backlog_flag() -> None:
+    from exporter.cli import ConfigError, build_config, build_parser
+
+    assert build_config(build_parser().parse_args(["serve"])).web_listen_backlog == 1024
+    assert build_config(build_parser().parse_args(["serve", "--web.listen-backlog", "37"])).web_listen_backlog == 37
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(ConfigError, match=r"web\.listen-backlog: expected a whole number >= 1"):
+            build_config(build_parser().parse_args(["serve", "--web.listen-backlog", bad]))
+    cap = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    for requested, expected in ((37, 37), (cap + 1000, cap)):
+        with capture_logs() as logs, running(Limits(backlog=requested)) as server:
+            out = subprocess.run(
+                ["ss", "-ltnH", f"sport = :{server.server_port}"], capture_output=True, text=True, timeout=10
+            ).stdout.split()
+        assert out[0] == "LISTEN" and int(out[2]) == expected, out  # a listener's Send-Q is its backlog
+        capped = [e for e in logs if e["event"] == "listen_backlog_capped"]
+        assert capped == ([] if requested == expected else [{**capped[0], "requested": requested, "somaxconn": cap}])
 
 
 def test_max_requests_flag(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from exporter.metrics.exposition import VOLATILE_SECONDS
 
 PROJECT = Path(__file__).resolve().parents[1]
 NOFILE = 1024  # systemd's default soft limit for a service
+CLIENT_NOFILE = 8192  # this process's: the attackers' 1000 sockets and more, bounded
 SCRAPER = "127.0.0.1"
 HEAD = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "  # what a slowloris dribbles, then a header that never ends
 
@@ -102,10 +103,11 @@ def start_exporter(base: Path, *extra: str) -> Exporter:
 
 @pytest.fixture(scope="module", autouse=True)
 def _many_files() -> Iterator[None]:
-    """This process holds a thousand attacking sockets."""
+    """This process holds a thousand attacking sockets (the exporter keeps systemd's 1024: 512 connections, a lobby
+    of 128 and its own files fit in it)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     assert hard >= 4096, f"the hard open-file limit ({hard}) is too low to hold the attackers"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, CLIENT_NOFILE), hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
@@ -285,6 +287,7 @@ async def burst(port: int, sources: list[str], timeout: float = 30.0) -> dict[st
     async def get(source: str) -> str:
         sock = socket.socket()
         sock.setblocking(False)
+        first = b""
         try:
             sock.bind((source, 0))
             await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), timeout)
@@ -296,7 +299,9 @@ async def burst(port: int, sources: list[str], timeout: float = 30.0) -> dict[st
         except asyncio.TimeoutError:
             return "timeout"
         except OSError as exc:
-            return type(exc).__name__
+            # A 503 refusal (a whole answer: no body) may be followed by a reset, when the server closed before
+            # the request reached it; the answer came all the same.
+            return first[9:12].decode() if first.startswith(b"HTTP/1.1 503 ") else type(exc).__name__
         finally:
             sock.close()
 
@@ -363,7 +368,9 @@ def assert_one_line_each(lines: list[str]) -> None:
 
 def test_every_scrape_is_answered_through_a_slowloris_of_1000_connections(exporter: Exporter) -> None:
     """1000 connections dribbling a head a byte a second from 127.0.0.2-9 (400 of them from 127.0.0.2, more than
-    its share of 256), opened again as soon as the server drops them, for 20 s: past the 10 s head deadline once."""
+    its share of 256), opened again as soon as the server drops them, for 20 s: past the 10 s head deadline once.
+    The first scrape after the attack began waits up to 1 s (SLOW_AFTER_SECONDS): until then the server is full of
+    heads just begun, which it does not displace."""
     plan = [("127.0.0.2", 400)] + [(f"127.0.0.{n}", 86 if n < 8 else 85) for n in range(3, 10)]
     assert sum(count for _, count in plan) == 1000
     start = time.monotonic()
@@ -378,8 +385,11 @@ def test_every_scrape_is_answered_through_a_slowloris_of_1000_connections(export
     assert len(closing.latencies_ms) >= 40 and len(keeping.latencies_ms) >= 20
     assert attack["most_held_by_attacker"] >= 990  # the attack really held its 1000 (bar those just dropped)
     dropped = samples(exporter.metrics(), "rocm_watchdog_http_connections_dropped_total")
-    for reason in ("header_timeout", "refused_address_share", "evicted_head"):
+    # Displaced as slow heads (an address once slow has its heads just begun displaced too, after the slow ones) or
+    # dropped at the head deadline, which the rotation of displacements mostly beats; refused past the share.
+    for reason in ("refused_address_share", "evicted_head"):
         assert dropped[f'{{reason="{reason}"}}'] > 0, dropped
+    assert dropped['{reason="evicted_head"}'] + dropped['{reason="header_timeout"}'] >= 5000, dropped
     lines = exporter.log_lines()
     assert_one_line_each(lines)
     # thousands of drops, a line for the first of each kind (and one a minute after)
@@ -400,11 +410,14 @@ def test_every_scrape_is_answered_through_bursts_of_1000_gets(exporter: Exporter
     report("bursts_of_1000_gets", {**result, **scrapers})
     assert not closing.failures and not keeping.failures, (closing.failures, keeping.failures)
     for outcome in result.values():
-        # every GET is answered (200, or 503 past the fair share) or, displaced in a full server, reset; none hangs
-        assert "timeout" not in outcome["outcomes"], outcome
-    # the server waits a moment for room instead of refusing clients that are sending their requests (before: 11 %)
+        # every GET is answered: 200, or 503 past the address's fair share; a full server leaves the rest in its
+        # listen queue until it has room, never closing one unanswered (before: 588 of 1000 closed in 0.1 s)
+        assert set(outcome["outcomes"]) <= {"200", "503"}, outcome
+    # from 100 addresses none is over its share: every one is served
     many = result["hundred_addresses"]
-    assert many["outcomes"].get("200", 0) >= many["gets"] / 2, many
+    assert many["outcomes"] == {"200": many["gets"]}, many
+    one = result["one_address"]  # at most its share (256) open at a time, the rest refused at once
+    assert one["outcomes"].get("200", 0) >= 256, one
     assert_one_line_each(exporter.log_lines())
 
 
@@ -551,11 +564,41 @@ def test_tls_and_http_garbage_are_one_log_line_per_kind_and_never_a_traceback(tm
     assert all(count <= 2 for count in kinds.values()), kinds  # the first, and the rest counted at shutdown
 
 
+AUTH_FAILURES_PER_ADDRESS = 10  # exporter.server.core's limiter: a burst of 10 failed checks per address ...
+AUTH_LEAK_SECONDS = 6.0  # ... then one more every 6 s (10 per 60 s window)
+GUESSERS_DEADLINE_SECONDS = 120.0  # a failure guard only: each guesser stops at its 20th 429
+
+
+@dataclass
+class Guesser:
+    source: str
+    answers: list[int] = field(default_factory=list)  # status of each guess, in order
+    seconds: float = 0.0  # from before its first guess to after its last answer
+    errors: list[str] = field(default_factory=list)
+
+    def check_limiter(self) -> None:
+        """What the limiter decided for this address, whatever the timing: the first 10 guesses were checked (401),
+        and after them at most one more per 6 s it guessed for (the bucket leaks; its bcrypt count is bounded by
+        its own span, measured around the server's), every other guess a 429."""
+        assert not self.errors, (self.source, self.errors)
+        assert set(self.answers) <= {401, 429}, (self.source, self.answers)
+        first_429 = self.answers.index(429)
+        assert first_429 >= AUTH_FAILURES_PER_ADDRESS, (self.source, self.answers)
+        checked = self.answers.count(401)
+        assert checked <= AUTH_FAILURES_PER_ADDRESS + int(self.seconds / AUTH_LEAK_SECONDS), (self.source, checked)
+
+
 def test_sixteen_password_guessers_do_not_starve_an_authorised_scraper(tmp_path: Path) -> None:
     """The issue: every authorised scrape paid 65 ms of bcrypt and 16 wrong-password clients slowed real scrapes
     12-20x. Now the scraper's verified pair is answered from memory and each guesser gets 10 bcrypts, then one
-    every 6 s (429 meanwhile, no bcrypt); the scraper's latency is measured alone, then with the 16 guessing for
-    10 s, each from its own address."""
+    every 6 s (429 meanwhile, no bcrypt). A 17th guesser shares the scraper's own address (the same node, a NAT):
+    the scraper's verified pair is still answered, never 429.
+
+    Asserted on the limiter's decisions, not on what fits in a wall-clock window (the test that did so flaked on a
+    loaded 2-CPU machine, where 16 guessers sharing two bcrypt workers reached their tenth failure only near the
+    end of its 10 s): each guesser guesses until its 20th 429; the server counts its bcrypt checks, which must be
+    the scraper's one and the guessers' 401s, so no 429 cost a bcrypt. The scraper's latency is measured alone,
+    then while the guessers guess (printed, not asserted)."""
     hashed = bcrypt.hashpw(b"scrape-secret", bcrypt.gensalt(rounds=10)).decode()  # htpasswd -B's default cost
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
     running = start_exporter(tmp_path, f"--web.config.file={tmp_path / 'web.yml'}")
@@ -575,54 +618,62 @@ def test_sixteen_password_guessers_do_not_starve_an_authorised_scraper(tmp_path:
                 out.failures.append(repr(exc))
             await asyncio.sleep(max(0.0, every - (loop.time() - start)))
 
-    async def guess(source: str, stop: asyncio.Event, outcomes: Counter[str]) -> None:
+    async def guess(guesser: Guesser) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         n = 0
-        while not stop.is_set():
+        while guesser.answers.count(429) < 20 and loop.time() - start < GUESSERS_DEADLINE_SECONDS:
             n += 1
             wrong = {"Authorization": "Basic " + base64.b64encode(b"prometheus:guess%d" % n).decode()}
             try:
-                status, _ = await fetch(running.port, source=source, headers=wrong, timeout=10)
-                outcomes[str(status)] += 1
+                status, _ = await fetch(running.port, source=guesser.source, headers=wrong, timeout=30)
+                guesser.answers.append(status)
             except (OSError, asyncio.TimeoutError) as exc:
-                outcomes[type(exc).__name__] += 1
+                guesser.errors.append(repr(exc))
+                break
+        guesser.seconds = loop.time() - start
 
-    async def measure() -> tuple[Scrapes, Scrapes, Counter[str], float]:
+    async def measure() -> tuple[Scrapes, Scrapes, list[Guesser], float]:
         first = asyncio.get_running_loop().time()
         status, _ = await fetch(running.port, headers=authorised)  # the one bcrypt of the scraper's pair
         first_ms = (asyncio.get_running_loop().time() - first) * 1e3
         assert status == 200
-        alone, attacked, outcomes = Scrapes(), Scrapes(), Counter[str]()
+        alone, attacked = Scrapes(), Scrapes()
         stop = asyncio.Event()
         task = asyncio.create_task(scrape(stop, alone))
-        await asyncio.sleep(4)
+        await asyncio.sleep(2)
         stop.set()
         await task
         stop = asyncio.Event()
-        guessers = [asyncio.create_task(guess(f"127.0.0.{20 + n}", stop, outcomes)) for n in range(16)]
+        guessers = [Guesser(f"127.0.0.{20 + n}") for n in range(16)] + [Guesser(SCRAPER)]
         task = asyncio.create_task(scrape(stop, attacked))
-        await asyncio.sleep(10)
+        await asyncio.gather(*(guess(g) for g in guessers))
         stop.set()
-        await asyncio.gather(task, *guessers)
-        return alone, attacked, outcomes, first_ms
+        await task
+        return alone, attacked, guessers, first_ms
 
     try:
-        alone, attacked, outcomes, first_ms = asyncio.run(measure())
+        alone, attacked, guessers, first_ms = asyncio.run(measure())
         time.sleep(VOLATILE_SECONDS + 0.1)  # the HTTP counters are rendered at most once per VOLATILE_SECONDS
         text = running.metrics(authorised)
     finally:
         running.stop()
+    outcomes = Counter(str(status) for g in guessers for status in g.answers)
     slowdown = attacked.figures()["p50_ms"] / alone.figures()["p50_ms"]
     report(
         "sixteen_password_guessers",
         {"first_scrape_ms_with_bcrypt": round(first_ms, 1), "scraper_alone": alone.figures(),
          "scraper_with_guessers": attacked.figures(), "p50_slowdown": round(slowdown, 2),
-         "guesser_answers": dict(outcomes)},
+         "guesser_answers": dict(outcomes), "guessing_seconds": round(max(g.seconds for g in guessers), 1)},
     )  # fmt: skip
+    for guesser in guessers:
+        guesser.check_limiter()
+    # the scraper, the one sharing its address with a guesser included: every scrape answered from its verified pair
     assert not alone.failures and not attacked.failures, (alone.failures, attacked.failures)
-    assert outcomes["429"] > 0 and not set(outcomes) - {"401", "429"}, outcomes
-    # each guesser: 10 bcrypts, then one every 6 s (two at most in flight per address)
-    assert outcomes["401"] <= 16 * (10 + 2 + 2), outcomes
-    failures = samples(text, "rocm_watchdog_http_auth_failures_total")[""]
-    assert failures == outcomes["401"]
+    assert attacked.latencies_ms, "no scrape while the guessers guessed"
+    # the server's own counts: one bcrypt per 401 and the scraper's one, none for a 429
+    bcrypts = samples(text, "rocm_watchdog_http_auth_bcrypt_checks_total")[""]
+    assert bcrypts == 1 + outcomes["401"], (bcrypts, outcomes)
+    assert samples(text, "rocm_watchdog_http_auth_failures_total")[""] == outcomes["401"]
     assert samples(text, "rocm_watchdog_http_requests_total")['{code="429"}'] == outcomes["429"]
     assert_one_line_each(running.log_lines())

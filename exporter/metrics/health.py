@@ -82,7 +82,7 @@ def push_families(view: PushView) -> Iterator[Metric]:
 
 def http_server_families(view: StatsView) -> Iterator[Metric]:
     """What the HTTP server counts (exporter.server.stats): open connections, connections it dropped by reason and
-    requests by status (each from zero for the reasons and statuses it knows), auth failures."""
+    requests by status (each from zero for the reasons and statuses it knows), auth failures, bcrypt checks."""
     connections = new_family(names.HTTP_CONNECTIONS)
     connections.add_metric([], view.connections)
     dropped = new_family(names.HTTP_CONNECTIONS_DROPPED)
@@ -93,4 +93,6 @@ def http_server_families(view: StatsView) -> Iterator[Metric]:
         requests.add_metric([str(code)], view.requests[code])
     failures = new_family(names.HTTP_AUTH_FAILURES)
     failures.add_metric([], view.auth_failures)
-    yield from (connections, dropped, requests, failures)
+    bcrypt_checks = new_family(names.HTTP_AUTH_BCRYPT_CHECKS)
+    bcrypt_checks.add_metric([], view.bcrypt_checks)
+    yield from (connections, dropped, requests, failures, bcrypt_checks)

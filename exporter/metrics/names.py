@@ -535,6 +535,14 @@ HTTP_AUTH_FAILURES = Spec(
     (),
     "counter",
 )
+HTTP_AUTH_BCRYPT_CHECKS = Spec(
+    "rocm_watchdog_http_auth_bcrypt_checks_total",
+    "Basic-auth credentials checked with bcrypt (a user's hash, or a dummy of at most cost 12 for an unknown user): "
+    "a pair verified before is answered from memory without one, an address past its failure limit gets 429 "
+    "without one",
+    (),
+    "counter",
+)
 HOST_INFO = Spec(
     "rocm_watchdog_host_info",
     "The host this exporter watches ($NODE_NAME or the hostname, --host.name), 1: join on instance to name the host",

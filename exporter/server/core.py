@@ -4,9 +4,13 @@ One asyncio loop in its own thread accepts, reads request heads, checks auth and
 (rendering, readiness) run on a small pool of worker threads, bcrypt on another, so neither a slow client nor
 a slow handler ever holds the accept loop. The rules, all enforced by the loop:
 
-- **Accept always, serve as they come.** The kernel's listen queue (``backlog``, up to somaxconn) is drained as
-  fast as connections come, so a burst of scrapers never waits for a SYN retransmit; what is over a limit is
-  closed right after accept (a 503 when plain HTTP), not left in the queue. The loop turns every
+- **Accept while there is room, queue when there is not.** The kernel's listen queue (``backlog``,
+  ``--web.listen-backlog``, capped at net.core.somaxconn) is drained as fast as connections come while the server
+  has room, so a burst of scrapers never waits for a SYN retransmit; an address over its share is answered 503
+  right after accept (plain HTTP). When the server is full and nothing can be displaced, newcomers wait in a lobby
+  of accepted connections (``max_connections / 4``), the address holding the fewest seated first when room comes;
+  while the lobby is full the loop stops accepting and the next wait in the listen queue: none is closed
+  unanswered. The loop turns every
   ``ACCEPTS_PER_TURN`` accepted connections, so requests already in their sockets are answered before the next
   thousand are accepted.
 - **Whole-head deadline.** A connection has ``header_timeout`` from accept for its TLS handshake and its
@@ -17,10 +21,11 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   one) holds more than half of them (503 beyond). When the server is full, a newcomer displaces a connection of
   the address holding the most, unless the newcomer's own address would then hold as many: idle ones first,
   then slow ones (a head still incomplete after ``SLOW_AFTER_SECONDS``, then a response not taken for as long),
-  oldest first. When there is none, the server is full of clients that just connected (a burst of scrapers):
-  accepting pauses up to ``ROOM_WAIT_SECONDS`` for one of them to finish, the next ones waiting in the kernel's
-  queue; only if none does is a head just begun displaced, or the newcomer refused (503). A connection whose
-  request is being handled is never displaced.
+  oldest first, then, of an address that held a slow one within ``SLOW_MEMORY_SECONDS`` (a slowloris reconnecting),
+  heads just begun. When there is none, the server is full of clients that just connected or are being answered
+  (a burst of scrapers): newcomers wait (the lobby, the listen queue) until one closes, goes idle or turns slow; a
+  newcomer of such a slow address is refused instead (503), not waited for. Any other head just begun, and a
+  connection whose request is being handled, are never displaced.
 - **Fair share of work.** Requests to ``limited_paths`` (``/metrics``) in flight, waiting for a worker or
   running, are capped by ``max_requests`` (node_exporter's ``--web.max-requests``: 503 past it after a grace
   of 1 s for a slot, 0 for no limit), and one address gets at most half of them; a freed slot goes to the
@@ -29,10 +34,12 @@ a slow handler ever holds the accept loop. The rules, all enforced by the loop:
   handler that keeps answering within ``INLINE_BELOW_SECONDS`` (bytes from the exposition cache) runs on the
   loop instead, one request at a time, so a burst of scrapers never queues for workers; one slow run sends it
   back to them.
-- **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory, the
-  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond). An address
-  whose credentials failed ``AUTH_FAILURES_PER_ADDRESS`` times within ``AUTH_FAILURE_WINDOW_SECONDS`` is
-  answered 429 without a bcrypt (a leaky bucket: then one attempt every few seconds); other addresses are not.
+- **Auth right after the head**, before any handler; a pair bcrypt verified once is answered from memory,
+  whatever its address did (an attacker sharing the scraper's address, a NAT, cannot lock the scraper out), the
+  rest wait for the bcrypt pool, at most ``AUTH_PENDING_PER_ADDRESS`` per address (429 beyond). The failure limit
+  gates bcrypt work only: an address whose credentials failed ``AUTH_FAILURES_PER_ADDRESS`` times within
+  ``AUTH_FAILURE_WINDOW_SECONDS`` gets 429 without a bcrypt for credentials not verified before (a leaky bucket:
+  then one attempt every few seconds); other addresses are not.
 - **Client faults are counted, not thrown.** Each kind (the head deadline, malformed requests, TLS failures,
   resets, refusals, displacements, auth failures) is counted in ``stats()`` (the exporter's
   ``rocm_watchdog_http_*`` metrics) and logged as one line: the first at once, then at most one a minute per
@@ -85,9 +92,17 @@ AUTH_TRACKED_ADDRESSES = 4096  # buckets kept at most; empty ones are dropped fi
 # A head still incomplete this long after it began is slow (a scraper's arrives in one segment, within a round
 # trip); so is a response the client has not taken for as long. Slow ones are displaced before fresh ones.
 SLOW_AFTER_SECONDS = 1.0
-# When full of connections that just began and none is idle or slow, an accept loop waits this long for one to
-# close before displacing one of them (or refusing the newcomer); the kernel's queue holds the next meanwhile.
-ROOM_WAIT_SECONDS = 0.2
+# When full of connections that just began and none is idle or slow, newcomers wait in a lobby of accepted
+# sockets (max_connections / 4 of them: within systemd's 1024 open files with max_connections, the listeners and the
+# exporter's own files) until one closes, goes idle or turns slow, the lightest address first; while the lobby is
+# full the accept loop stops and the next wait in the kernel's listen queue. Never more often than this.
+ROOM_RECHECK_SECONDS = 0.01
+LOBBY_MISSES_PER_PASS = 8  # newcomers of the lobby tried in vain per pass, before waiting for the next change
+# An address that held a slow connection (displaced as slow, or past the head deadline) counts as slow this long:
+# its heads just begun may be displaced too, after every slow one, and its newcomers are refused rather than
+# waited for when nothing can be displaced. A burst of scrapers never holds a slow one.
+SLOW_MEMORY_SECONDS = 10.0
+SLOW_TRACKED_ADDRESSES = 4096
 ACCEPTS_PER_TURN = 16  # connections accepted before the loop turns to those it accepted
 # A handler that answered this fast this many times in a row on a worker runs on the loop from then on, until
 # one run is slower (see HttpServer._run_inline). The cached exposition takes 0.05 ms for its bytes, plus the
@@ -182,6 +197,17 @@ class _Conn:
         self.started = False  # its task has run: the task closes the socket from then on
         self.evicted = False
         self.task: asyncio.Task[None] | None = None
+
+
+class _Waiting:
+    """A connection accepted while the server was full, waiting in the lobby for room (not read from yet)."""
+
+    __slots__ = ("client", "since", "sock")
+
+    def __init__(self, sock: socket.socket, client: str, since: float) -> None:
+        self.sock = sock
+        self.client = client
+        self.since = since
 
 
 class _BadRequest(Exception):
@@ -300,9 +326,13 @@ class HttpServer:
         self._auth_pool = ThreadPoolExecutor(self.limits.auth_workers, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._freed = asyncio.Event()  # a connection closed (for an accept loop waiting for room)
+        self._freed = asyncio.Event()  # a connection closed or went idle, or a newcomer joined the lobby (its pump)
         self._untidy = asyncio.Event()  # a client fault was counted or an address failed auth: housekeeping due
-        self._no_room_until = 0.0  # loop time until which a fresh head is displaced without waiting for room
+        self._slow_until: dict[str, float] = {}  # address -> loop time until which it counts as slow
+        self._lobby: list[_Waiting] = []  # accepted while full, waiting for room, in arrival order
+        self._lobby_by: Counter[str] = Counter()
+        self._lobby_size = max(1, self.limits.max_connections // 4)
+        self._lobby_room = asyncio.Event()  # the lobby has a free seat (for an accept loop waiting for one)
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
 
@@ -375,14 +405,18 @@ class HttpServer:
         self._stop = asyncio.Event()
         accepters = [asyncio.create_task(self._accept(sock)) for sock in self.listeners]
         housekeeping = asyncio.create_task(self._housekeeping())
+        pump = asyncio.create_task(self._pump_lobby())
         self._ready.set()
         await self._stop.wait()
-        for task in (*accepters, housekeeping):
+        for task in (*accepters, housekeeping, pump):
             task.cancel()
         tasks = [c.task for conns in self._conns.values() for c in conns if c.task is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*accepters, housekeeping, *tasks, return_exceptions=True)
+        await asyncio.gather(*accepters, housekeeping, pump, *tasks, return_exceptions=True)
+        for waiting in self._lobby:
+            waiting.sock.close()
+        self._lobby.clear()
         self._flush_log(force=True)
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -477,20 +511,90 @@ class HttpServer:
                 await asyncio.sleep(0)
 
     async def _admit(self, sock: socket.socket, client: str) -> None:
+        """Serve the newcomer, displacing an idle or slow connection when full; refuse it (503) past its address's
+        share, or when full and its address is a slow one; else seat it in the lobby until there is room, and
+        while the lobby is full accept no other (the next wait in the kernel's listen queue)."""
         limits = self.limits
-        held = len(self._conns.get(client, ()))
+        held = len(self._conns.get(client, ())) + self._lobby_by[client]
         if held >= limits.connections_per_address:
             self._refuse(sock, "refused_address_share", client)
             return
-        loop = asyncio.get_running_loop()
-        if self._open >= limits.max_connections and not await self._make_room(sock, client, held):
-            self._refuse(sock, "refused_full", client)
+        # Behind those waiting already; a slow address's newcomer is refused at once rather than seated to wait.
+        if (not self._lobby or self._is_slow(client, asyncio.get_running_loop().time())) and self._seat(sock, client):
             return
+        self._lobby.append(_Waiting(sock, client, asyncio.get_running_loop().time()))
+        self._lobby_by[client] += 1
+        self._freed.set()  # the lobby's pump: one more to seat
+        while len(self._lobby) >= self._lobby_size:
+            self._lobby_room.clear()
+            await self._lobby_room.wait()
+
+    def _seat(self, sock: socket.socket, client: str) -> bool:
+        """Start serving ``sock`` if there is room or room can be made for it now; False: not now."""
+        if self._open >= self.limits.max_connections:
+            held = len(self._conns.get(client, ()))
+            if not (self._evict_for(client, held) or self._evict_own(client)):
+                if not self._is_slow(client, asyncio.get_running_loop().time()):
+                    return False
+                # Nothing to displace for it, and its address is a slow one (a slowloris): more of the same,
+                # refused rather than holding a seat in the lobby.
+                self._refuse(sock, "refused_full", client)
+                return True
+        loop = asyncio.get_running_loop()
         conn = _Conn(client, loop.time(), sock)
         self._conns.setdefault(client, set()).add(conn)
         self._open += 1
         self.counters.connections(self._open)
         conn.task = loop.create_task(self._serve(conn, sock))
+        return True
+
+    async def _pump_lobby(self) -> None:
+        """Seat the lobby's newcomers as room comes (a connection closes or goes idle, or one turns slow and can be
+        displaced): the address holding the fewest connections first, then the earliest, so a scraper waits
+        behind no attacker holding many."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._lobby:
+                self._seat_waiting(loop.time())
+            if self._lobby:
+                await self._room(self._until_displaceable(loop.time()))
+            else:
+                self._freed.clear()
+                await self._freed.wait()
+
+    def _seat_waiting(self, now: float) -> None:
+        order = sorted(self._lobby, key=lambda w: (len(self._conns.get(w.client, ())), w.since))
+        seated: set[_Waiting] = set()
+        displaceable: bool | None = None  # not looked yet
+        misses = 0
+        for waiting in order:
+            full = self._open >= self.limits.max_connections
+            if full:
+                if displaceable is None:
+                    displaceable = self._any_displaceable(now)
+                # Lightest first: when one cannot displace anything, the heavier ones can only displace their own.
+                if not displaceable or misses >= LOBBY_MISSES_PER_PASS:
+                    break
+            if self._seat(waiting.sock, waiting.client):
+                seated.add(waiting)
+                displaceable = None
+            else:
+                misses += 1
+        if seated:
+            self._lobby = [w for w in self._lobby if w not in seated]
+            for waiting in seated:
+                self._lobby_by[waiting.client] -= 1
+                if self._lobby_by[waiting.client] <= 0:
+                    del self._lobby_by[waiting.client]
+            self._lobby_room.set()
+
+    def _any_displaceable(self, now: float) -> bool:
+        return any(
+            self._rank(c, now, slow) is not None
+            for client, conns in self._conns.items()
+            for slow in (self._is_slow(client, now),)
+            for c in conns
+        )
 
     def _refuse(self, sock: socket.socket, reason: str, client: str) -> None:
         self._drop(reason, client)
@@ -503,43 +607,46 @@ class HttpServer:
                 sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         sock.close()
 
-    async def _make_room(self, sock: socket.socket, client: str, held: int) -> bool:
-        """The server is full: displace a connection for ``client`` or wait a little for one to close; False
-        when the newcomer is to be refused."""
-        loop = asyncio.get_running_loop()
-        pressed = loop.time() < self._no_room_until
-        evicted = self._evict_for(client, held, fresh=pressed)
-        if evicted:
-            return True
-        if pressed or (evicted is False and self._holds_slow(client, loop.time())):
-            # Nothing to displace for it, or its address holds as many as any and slow ones among them: more of
-            # the same.
-            return False
-        # Full of connections being answered or just begun: a burst of clients that connected together and are
-        # sending their requests, one of which is done in a moment. Until then the next connections wait in the
-        # kernel's queue (this loop accepts no other). If none is done in time they are not that: from then on,
-        # for as long as it takes a head to become slow, a head just begun is displaced without waiting.
-        try:
-            await self._room(ROOM_WAIT_SECONDS)
-        except asyncio.CancelledError:
-            sock.close()
-            raise
-        if self._open < self.limits.max_connections:
-            return True
-        self._no_room_until = loop.time() + SLOW_AFTER_SECONDS
-        return bool(self._evict_for(client, len(self._conns.get(client, ())), fresh=True))
+    def _until_displaceable(self, now: float) -> float:
+        """Seconds until the next connection open now turns slow (a head or a response of SLOW_AFTER_SECONDS; those
+        slow already could not be displaced): at most that, at least a few milliseconds (not a spin)."""
+        waiting = [
+            left
+            for conns in self._conns.values()
+            for c in conns
+            if not c.evicted
+            and c.state in (_State.HANDSHAKE, _State.HEAD, _State.WRITE)
+            and (left := c.since + SLOW_AFTER_SECONDS - now) > 0
+        ]
+        return max(ROOM_RECHECK_SECONDS, min(waiting, default=SLOW_AFTER_SECONDS))
 
-    def _holds_slow(self, client: str, now: float) -> bool:
-        return any((rank := self._rank(c, now)) is not None and rank <= 2 for c in self._conns.get(client, ()))
+    def _is_slow(self, client: str, now: float) -> bool:
+        """Whether ``client`` held a slow connection within SLOW_MEMORY_SECONDS: its heads just begun are likely
+        more of the same, and are displaced after every slow one."""
+        until = self._slow_until.get(client)
+        if until is None:
+            return False
+        if until <= now:
+            del self._slow_until[client]
+            return False
+        return True
+
+    def _mark_slow(self, client: str, now: float) -> None:
+        if client not in self._slow_until and len(self._slow_until) >= SLOW_TRACKED_ADDRESSES:
+            for address in [a for a, until in self._slow_until.items() if until <= now]:
+                del self._slow_until[address]
+            if len(self._slow_until) >= SLOW_TRACKED_ADDRESSES:
+                del self._slow_until[min(self._slow_until, key=self._slow_until.__getitem__)]
+        self._slow_until[client] = now + SLOW_MEMORY_SECONDS
 
     async def _room(self, timeout: float) -> None:
-        """Until a connection closes (or ``timeout``)."""
+        """Until a connection closes or goes idle (or ``timeout``)."""
         self._freed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await _within(self._freed.wait(), timeout)
 
     @staticmethod
-    def _rank(conn: _Conn, now: float) -> int | None:
+    def _rank(conn: _Conn, now: float, slow_address: bool) -> int | None:
         """Which connections go first when the server is full (lowest first); None: never displaced."""
         if conn.evicted:
             return None
@@ -547,35 +654,55 @@ class HttpServer:
         if conn.state is _State.IDLE:
             return 0
         if conn.state in (_State.HEAD, _State.HANDSHAKE):
-            return 1 if slow else 3
+            # A head just begun is not displaced, its client sending a request to answer, unless its address has
+            # been slow lately (a slowloris reconnecting).
+            return 1 if slow else 3 if slow_address else None
         if conn.state is _State.WRITE and slow:
             return 2
         return None
 
-    def _evict_for(self, client: str, held: int, fresh: bool) -> bool | None:
-        """Make room for ``client`` (holding ``held``) by displacing a connection of the address holding the
-        most that has one to give (see ``_rank``; a head just begun only when ``fresh``): True. False when the
-        heaviest address holds no more than ``client`` would (refuse the newcomer); None when the addresses
-        heavier than ``client`` hold nothing to displace now."""
+    def _displace(self, victim: _Conn, rank: int, newcomer: str, now: float) -> None:
+        victim.evicted = True
+        self._forget(victim)
+        if victim.task is not None:
+            victim.task.cancel()
+        if not victim.started:  # cancelled before it ran: its finally will never close the socket
+            victim.sock.close()
+        if rank in (1, 2):
+            self._mark_slow(victim.client, now)
+        state = "head" if victim.state is _State.HANDSHAKE else victim.state.value
+        self._drop(f"evicted_{state}", victim.client, newcomer=newcomer)
+
+    def _evict_own(self, client: str) -> bool:
+        """Displace one of ``client``'s own idle or slow connections for its newcomer (nothing else to displace):
+        an address replaces its own, its count unchanged."""
         now = asyncio.get_running_loop().time()
-        worst = 3 if fresh else 2
+        slow_address = self._is_slow(client, now)
+        ranked = [
+            (r, c.since, c) for c in self._conns.get(client, ()) if (r := self._rank(c, now, slow_address)) is not None
+        ]
+        if not ranked:
+            return False
+        rank, _, victim = min(ranked, key=lambda item: (item[0], item[1]))
+        self._displace(victim, rank, client, now)
+        return True
+
+    def _evict_for(self, client: str, held: int) -> bool | None:
+        """Make room for ``client`` (holding ``held``) by displacing a connection of the address holding the
+        most that has one to give (see ``_rank``): True. False when the heaviest address holds no more than
+        ``client`` would; None when the addresses heavier than ``client`` hold nothing to displace now."""
+        now = asyncio.get_running_loop().time()
         passed = False  # an address heavier than client's had nothing to displace
         for other, conns in sorted(self._conns.items(), key=lambda item: -len(item[1])):
             if other != client and len(conns) <= held + 1:
                 return None if passed else False
-            ranked = [(rank, c.since, c) for c in conns if (rank := self._rank(c, now)) is not None and rank <= worst]
+            slow_address = self._is_slow(other, now)
+            ranked = [(r, c.since, c) for c in conns if (r := self._rank(c, now, slow_address)) is not None]
             if not ranked:
                 passed = passed or other != client
                 continue
-            victim = min(ranked, key=lambda item: (item[0], item[1]))[2]
-            victim.evicted = True
-            self._forget(victim)
-            if victim.task is not None:
-                victim.task.cancel()
-            if not victim.started:  # cancelled before it ran: its finally will never close the socket
-                victim.sock.close()
-            state = "head" if victim.state is _State.HANDSHAKE else victim.state.value
-            self._drop(f"evicted_{state}", victim.client, newcomer=client)
+            rank, _, victim = min(ranked, key=lambda item: (item[0], item[1]))
+            self._displace(victim, rank, client, now)
             return True
         return None
 
@@ -592,6 +719,8 @@ class HttpServer:
     def _set(self, conn: _Conn, state: _State) -> None:
         conn.state = state
         conn.since = asyncio.get_running_loop().time()
+        if state is _State.IDLE:
+            self._freed.set()  # displaceable now: an accept loop waiting for room may take its place
 
     # --- one connection ---------------------------------------------------------------------------------
 
@@ -652,6 +781,7 @@ class HttpServer:
                 clean = True  # closed between requests, or a TCP probe that sends nothing
         except asyncio.TimeoutError:
             if conn.state in (_State.HANDSHAKE, _State.HEAD):
+                self._mark_slow(conn.client, loop.time())
                 self._drop("header_timeout", conn.client, phase=conn.state.value)
             elif conn.state is _State.IDLE:
                 self._drop("idle_timeout", conn.client)
@@ -789,19 +919,21 @@ class HttpServer:
 
     async def _authorize(self, auth: BasicAuth, request: Request) -> Response | None:
         """None when the request may go on; else the 401 or 429 to answer. bcrypt runs on the auth pool, never
-        for an address past its failure limit."""
+        for an address past its failure limit; a pair verified before needs none, and passes whatever the limit."""
         loop = asyncio.get_running_loop()
         client = request.client
-        wait = self._auth_wait(client, loop.time())
-        if wait > 0:
-            self._note("auth_locked", client=client)
-            return Response(429, b"Too Many Requests\n", headers=(("Retry-After", str(math.ceil(wait))),))
+        # The cache of verified pairs first: the failure limit gates bcrypt work, never a pair verified before.
         verdict, credentials = auth.quick(request.headers.get("authorization"))
         if verdict is Verdict.NEEDS_BCRYPT and credentials is not None:
+            wait = self._auth_wait(client, loop.time())
+            if wait > 0:
+                self._note("auth_locked", client=client)
+                return Response(429, b"Too Many Requests\n", headers=(("Retry-After", str(math.ceil(wait))),))
             if self._auth_pending[client] >= AUTH_PENDING_PER_ADDRESS:
                 self._note("auth_throttled", client=client)
                 return Response(429, b"Too Many Requests\n", headers=(("Retry-After", "1"),))
             self._auth_pending[client] += 1
+            self.counters.bcrypt_checked()
             try:
                 ok = await loop.run_in_executor(self._auth_pool, auth.verify, credentials)
             except Exception as exc:  # bcrypt refusing what it was given: a failed check, never a 500

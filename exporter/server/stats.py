@@ -26,7 +26,7 @@ DROP_REASONS = (
     "evicted_head",  # displaced when the server was full: still sending its request head
     "evicted_write",  # displaced when the server was full: not taking its response
     "refused_address_share",  # its client address already held its share of the connections
-    "refused_full",  # the server was full of connections that could not be displaced
+    "refused_full",  # the server was full, nothing could be displaced for it, and its address was slow lately
 )
 # The statuses every series starts with (others appear when first answered).
 INITIAL_CODES = (200, 401, 429, 503)
@@ -37,6 +37,7 @@ class StatsView(msgspec.Struct, frozen=True):
     dropped: Mapping[str, int]  # DROP_REASONS -> connections
     requests: Mapping[int, int]  # status code -> requests answered
     auth_failures: int  # requests refused by basic auth (401)
+    bcrypt_checks: int = 0  # credentials checked by bcrypt (the verified-pair cache and 429s need none)
     events: Mapping[str, int] = msgspec.field(default_factory=dict)  # every client fault logged, by kind
 
 
@@ -49,6 +50,7 @@ class ServerStats:
         self._requests: Counter[int] = Counter(dict.fromkeys(INITIAL_CODES, 0))
         self._events: Counter[str] = Counter()
         self._auth_failures = 0
+        self._bcrypt_checks = 0
         self._open = 0
 
     def dropped(self, reason: str) -> None:
@@ -62,6 +64,10 @@ class ServerStats:
     def auth_failed(self) -> None:
         with self._lock:
             self._auth_failures += 1
+
+    def bcrypt_checked(self) -> None:
+        with self._lock:
+            self._bcrypt_checks += 1
 
     def event(self, kind: str) -> int:
         """Count a client fault of ``kind``; returns how many of that kind so far."""
@@ -84,5 +90,6 @@ class ServerStats:
                 dropped=dict(self._dropped),
                 requests=dict(self._requests),
                 auth_failures=self._auth_failures,
+                bcrypt_checks=self._bcrypt_checks,
                 events=dict(self._events),
             )
