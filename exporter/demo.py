@@ -49,7 +49,7 @@ DEFAULT_LISTEN_ADDRESS = "127.0.0.1:9869"  # its own port: a demo next to a real
 DEFAULT_STEP = "8s"  # five steps inside the first minute, with room for the watchdog to see each one
 NODENAME = "rocm-watchdog-demo"
 NOTE = (
-    "This is `rocm-watchdog demo`: the host is simulated (an 8-GPU MI300X node in a temporary directory); the "
+    "This is rocm-watchdog demo: the host is simulated (an 8-GPU MI300X node in a temporary directory); the "
     "sources, the watchdog and the metrics are the real ones."
 )
 KFD_CAPTURE = "mi300x-cpx-8gpu"
@@ -95,7 +95,9 @@ def add_demo_parser(sub: Any) -> None:
 
 
 def _duration_flag(seconds: float) -> str:
-    return f"{max(1, round(seconds * 1000))}ms"
+    """Seconds as a Prometheus duration: ``2s``, ``250ms``."""
+    ms = max(1, round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def can_make_nodes(directory: Path) -> bool:
@@ -168,6 +170,7 @@ class Demo:
         self.started_at = time.monotonic()
         self.stop = threading.Event()
         self.spawned: list[Spawned] = []
+        self.prometheus_url: str | None = None  # set once Prometheus is started
         self.config: Config | None = None
 
     # -- the command line of the real serve ------------------------------------------------------------------
@@ -352,6 +355,8 @@ class Demo:
             if not self.stop.is_set():
                 self.say("demo_not_ready", f"the watchdog wrote no baseline within {limit:.0f}s: no timeline")
             return
+        if self.prometheus_url is not None and not self._wait_scraped(limit):
+            self.say("demo_prometheus_slow", f"Prometheus has not scraped the demo within {limit:.0f}s; going on")
         self.say(
             "demo_ready",
             f"the watchdog has read the simulated host ({len(self.host.gpus)} MI300X in CPX mode, "
@@ -387,6 +392,23 @@ class Demo:
         )
 
     # -- Prometheus and Alertmanager -------------------------------------------------------------------------
+    def _wait_scraped(self, limit_seconds: float) -> bool:
+        """Wait until Prometheus has scraped the demo (so every counter is seen at zero before its first event:
+        ``increase()`` needs the sample before)."""
+        import requests
+
+        query = f"{self.prometheus_url}/api/v1/query"
+        deadline = time.monotonic() + limit_seconds
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            try:
+                result = requests.get(query, params={"query": 'up{job="rocm-watchdog"}'}, timeout=5).json()
+                if any(r["value"][1] == "1" for r in result["data"]["result"]):
+                    return True
+            except (requests.RequestException, ValueError, KeyError):
+                pass  # still starting
+            self.stop.wait(0.25)
+        return False
+
     def start_prometheus(self, target: str) -> list[str]:
         """Start Alertmanager and Prometheus on free loopback ports; their URLs. Raises RuntimeError with the
         reason when they cannot be started."""
@@ -451,10 +473,12 @@ class Demo:
         self.say(
             "demo_prometheus",
             f"Prometheus and Alertmanager started with the shipped rules, every for: and keep_firing_for: "
-            f"shortened to {for_} for the demo (logs in {work})",
+            f"shortened to {for_} for the demo; the Alertmanager example's receivers (127.0.0.1:5001) are not "
+            f"there, its UI shows the alerts (logs in {work})",
             prometheus=f"http://127.0.0.1:{prom_port}",
             alertmanager=f"http://127.0.0.1:{am_port}",
         )
+        self.prometheus_url = f"http://127.0.0.1:{prom_port}"
         return [f"http://127.0.0.1:{prom_port}/alerts", f"http://127.0.0.1:{am_port}/#/alerts"]
 
     def close(self) -> None:
