@@ -59,6 +59,7 @@ SWAPPED = ("0000:05:00.0", "0000:27:00.0")  # the first two GPUs probe in each o
 UPTIME_SECONDS = 3 * 86400.0  # the kernel-log timestamps: the simulated host has been up three days
 WAIT_FACTOR = 20  # a step not seen within this many devices intervals (or 30 s) is said, and the demo goes on
 ROOT_HINT = "sudo rocm-watchdog demo"
+LOG_FILE = "rocm-watchdog.log"  # the exporter's log when the demo runs on a terminal
 
 
 def add_demo_parser(sub: Any) -> None:
@@ -120,7 +121,7 @@ def probe_off_flag() -> str | None:
         choices = getattr(action, "choices", None)
         if isinstance(choices, dict) and "check" in choices:
             for option in choices["check"]._option_string_actions:
-                if "probe" in option and option.startswith("--no-"):
+                if ("probe" in option or "open" in option) and option.startswith("--no-"):
                     return str(option)
     return None
 
@@ -166,7 +167,8 @@ class Demo:
         self.kernel_log = self.host.root / "var" / "log" / "kern.log"
         self.kernel_log.parent.mkdir(parents=True, exist_ok=True)
         self.kernel_log.write_text("")
-        self.devices_interval = min(5.0, max(0.25, step_seconds / 4))
+        # a step is seen within an interval and made just after a collection: each takes step + 2 intervals at most
+        self.devices_interval = min(5.0, max(0.25, step_seconds / 8))
         self.started_at = time.monotonic()
         self.stop = threading.Event()
         self.spawned: list[Spawned] = []
@@ -322,6 +324,8 @@ class Demo:
         try:
             self._timeline(store)
         except Exception as exc:  # a bug in the demo: said, and the exporter keeps serving what it has
+            if self.stop.is_set():
+                return  # the demo is going and its host with it
             self.log.error("demo_timeline_failed", error=repr(exc), exc_info=exc)
             print(f"rocm-watchdog demo: the timeline stopped: {exc}", file=sys.stderr, flush=True)
 
@@ -529,6 +533,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from exporter import cli
     from exporter.config import parse_duration
+    from exporter.exitcodes import ExitCode
     from exporter.logging import get_logger
 
     problems = cli._small_command_logging(args)
@@ -541,10 +546,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return cli._fail_config(problems, "demo")
     log = get_logger("demo")
     listen = str(getattr(args, "web.listen-address"))
+    level, fmt = getattr(args, "log.level"), getattr(args, "log.format")
+    # On a terminal the exporter's log (a line per device node at each step) would bury the timeline: it goes to
+    # a file the demo names, unless --log.* asks for it here.
+    to_file = sys.stderr.isatty() and level is None and fmt is None
     with _Temp(Path(tempfile.mkdtemp(prefix="rocm-watchdog-demo-"))) as base:
         demo = Demo(base, step_seconds, bool(args.with_prometheus), log)
         serve_args, serve_problems = cli.parse_command_line(
-            demo.serve_argv(listen, getattr(args, "log.level"), getattr(args, "log.format"))
+            demo.serve_argv(listen, level, "logfmt" if to_file else fmt)
         )
         assert serve_args is not None and not serve_problems, serve_problems
         try:
@@ -560,8 +569,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"  metrics:  http://{target}/metrics   (landing page http://{target}/)",
                 f"  check it: {demo.check_command()}",
             ]
-            if probe_off_flag() is None:
-                lines.append("            (the demo's device nodes have no driver behind them)")
+            if to_file:
+                lines.append(f"  its log:  tail -f {base / LOG_FILE}")
             if not demo.nodes:
                 lines.append(
                     f"  not root: no device nodes (mknod needs CAP_MKNOD); the /dev/kfd step needs `{ROOT_HINT}`"
@@ -576,7 +585,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     demo.say("demo_prometheus_failed", f"--with-prometheus: {exc}")
             threading.Thread(target=demo.run_timeline, args=(store,), name="demo-timeline", daemon=True).start()
 
+        saved = _stderr_to(base / LOG_FILE) if to_file else None
+        code: int = ExitCode.INTERNAL
         try:
-            return cli.cmd_serve(demo.config, None, note=NOTE, started=started)
+            code = cli.cmd_serve(demo.config, None, note=NOTE, started=started)
         finally:
             demo.close()
+            if saved is not None:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                if code != 0:  # why it did not serve: the lines that went to the file
+                    sys.stderr.write("".join((base / LOG_FILE).read_text().splitlines(True)[-10:]))
+        return code
+
+
+def _stderr_to(path: Path) -> int:
+    """Send file descriptor 2 to ``path``; the descriptor that keeps the old stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return saved
