@@ -1063,9 +1063,7 @@ def cmd_serve(
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
 
     limits = Limits(max_requests=config.web_max_requests, limited_paths=frozenset({config.web_telemetry_path}))
-    app = make_app(
-        exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe, note=note
-    )
+    app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe, note=note)
     try:
         server = serve(
             config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket, stats=http_stats

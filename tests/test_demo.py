@@ -365,3 +365,15 @@ def test_serve_on_a_host_without_gpus_serves_that_host(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_bad_step_is_refused_with_exit_2_before_anything_is_built() -> None:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    before = set(Path(tempfile.gettempdir()).glob("rocm-watchdog-demo-*"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "demo", "--demo.step=fast"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--demo.step: not a duration: 'fast'" in proc.stderr and "Traceback" not in proc.stderr
+    assert set(Path(tempfile.gettempdir()).glob("rocm-watchdog-demo-*")) == before
