@@ -22,7 +22,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 COPY deploy/image/build.sh ./deploy/image/build.sh
-RUN ["sh", "deploy/image/build.sh", "/src", "/opt/rocm-watchdog"]
+# With the kubernetes extra (grpcio): --collector.kubernetes (pod attribution) works in the image.
+RUN ["sh", "deploy/image/build.sh", "/src", "/opt/rocm-watchdog", "kubernetes"]
 
 FROM python:3.11.14-slim-bookworm
 LABEL org.opencontainers.image.title="rocm-watchdog" \

@@ -3,8 +3,11 @@
 ``python alerts/generate.py`` rewrites ``alerts/rocm-watchdog.rules.yml`` (the rules every deployment loads) and
 ``alerts/rocm-watchdog-coverage.rules.yml`` (optional: a GPU node whose exporter is missing altogether).
 ``--selector`` sets the label selector of the exporter's series (default ``job="rocm-watchdog"``), as a mixin's
-config would, and ``--output-dir`` writes elsewhere; tests/test_alerts.py fails when the shipped files differ
-from what this script makes with the defaults.
+config would, and ``--output-dir`` writes elsewhere. ``--runbook-url`` points every alert at another copy of the
+runbooks (a fork, an internal wiki: ``URL#<alert>``, or ``{alert}`` in the URL for a page per alert) and
+``--grafana-url`` makes ``dashboard_url`` an absolute link to that Grafana (a relative ``/d/<uid>`` is no link in
+a chat or mail notification). tests/test_alerts.py fails when the shipped files differ from what this script makes
+with the defaults.
 
 One source of truth: severities and alert names of device conditions come from
 ``exporter.watchdog.conditions.KINDS`` (the table ``check`` and ``rocm_device_condition`` use), severities of
@@ -32,7 +35,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from exporter.model.kernel import KERNEL_CLASSES  # noqa: E402 - the tables come from the exporter itself
+from exporter.model.kernel import KERNEL_CLASSES, ZERO_INITIALISED_CLASSES  # noqa: E402 - the tables come from the exporter itself
 from exporter.watchdog.conditions import ALERT_GENERIC, KINDS, node_alerts  # noqa: E402
 
 DEFAULT_SELECTOR = 'job="rocm-watchdog"'
@@ -53,6 +56,18 @@ COVERAGE_HEADER = """\
 """
 
 
+def runbook_url(base: str, alert: str) -> str:
+    """``base#<alert>`` (the anchors of docs/runbooks.md), or ``base`` with ``{alert}`` replaced (a page each)."""
+    anchor = alert.lower()
+    return base.replace("{alert}", anchor) if "{alert}" in base else f"{base}#{anchor}"
+
+
+def _absolute_url(value: str) -> str:
+    if not value.startswith(("https://", "http://")) or len(value.split("/")) < 3 or not value.split("/")[2]:
+        raise argparse.ArgumentTypeError(f"expected an absolute http(s) URL, got {value!r}")
+    return value
+
+
 @dataclass
 class Alert:
     name: str
@@ -67,7 +82,7 @@ class Alert:
     dashboard: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
 
-    def rule(self) -> dict[str, Any]:
+    def rule(self, runbooks: str = RUNBOOKS, grafana: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_:
             out["for"] = self.for_
@@ -77,10 +92,10 @@ class Alert:
         annotations = {
             "summary": self.summary,
             "description": self.description,
-            "runbook_url": f"{RUNBOOKS}#{self.name.lower()}",
+            "runbook_url": runbook_url(runbooks, self.name),
         }
         if self.dashboard:
-            annotations["dashboard_url"] = f"/d/{self.dashboard}"
+            annotations["dashboard_url"] = f"{grafana.rstrip('/')}/d/{self.dashboard}"
         out["annotations"] = annotations
         return out
 
@@ -132,7 +147,8 @@ _DEVICE_TEXT = {
         "The host's {{ $labels.subject }} gid changed on {{ $labels.nodename }}",
         "The numeric gid of group {{ $labels.subject }} is not the one of the baseline. Every container started "
         "with `--group-add <old gid>` or `supplementalGroups: [<old gid>]` loses its GPUs; the device nodes "
-        "relabelled with it are part of this alert, not separate pages.",
+        "relabelled with it are part of this alert, not separate pages. Running GPU processes that kept the old gid "
+        "(they keep the groups they started with) are named in the summary and must be restarted with the new one.",
     ),
     ALERT_GENERIC: (
         "{{ $labels.condition }} on {{ $labels.subject }} ({{ $labels.nodename }})",
@@ -332,6 +348,13 @@ def kernel_alerts(r: Rules) -> list[Alert]:
                 dashboard="rocm-watchdog-kernel",
             )
         )
+    # The counters these alerts read with increase()/rate() exist at 0 before the first event; a recent alert's
+    # also fire on the last event's timestamp, so its classes need no zero.
+    read_by_increase = {c for a in KERNEL_ALERTS if not a.recent for c in a.classes}
+    read_by_increase |= {*PAGE_FAULT_CLASSES, *RAS_CORRECTABLE_CLASSES}
+    assert read_by_increase == ZERO_INITIALISED_CLASSES, (
+        f"exporter.model.kernel.ZERO_INITIALISED_CLASSES must be {sorted(read_by_increase)}"
+    )
     faults = r.s("rocm_kernel_events_total", f'class=~"{"|".join(PAGE_FAULT_CLASSES)}"')
     ras = r.s("rocm_kernel_events_total", f'class=~"{"|".join(RAS_CORRECTABLE_CLASSES)}"')
     aer = r.s("rocm_kernel_pcie_aer_errors_total")
@@ -398,6 +421,45 @@ def kernel_alerts(r: Rules) -> list[Alert]:
         ),
     ]
     return alerts
+
+
+# The health verdict (exporter/watchdog/health.py) -------------------------------------------------------------
+
+
+def health_alerts(r: Rules) -> list[Alert]:
+    """The node-level verdict: what a remediation hooks on (an Alertmanager webhook that cordons, an Argo workflow;
+    docs/gpu-health.md). The root causes page on their own alerts; these say what the node's GPUs are worth now."""
+    unhealthy = r.s("rocm_node_gpus_unhealthy")
+    node_event = r.s("rocm_gpu_health_reason", 'reason="node_kernel_event"')
+    return [
+        Alert(
+            "RocmNodeGpusUnhealthy",
+            r.named(f"{unhealthy} > 0"),
+            "warning",
+            "{{ $value | humanize }} GPUs unhealthy on {{ $labels.nodename }}",
+            "rocm_gpu_health says {{ $value | humanize }} GPUs or partitions of the node are unhealthy; "
+            "rocm_gpu_health_reason{reason} says why, and the root cause pages on its own alert. A remediation "
+            "hooked on this alert cordons or drains the node; it resolves when every GPU is healthy or unknown "
+            "again (an event's window passed, the condition cleared).",
+            "health",
+            "gpu_unhealthy",
+            for_="1m",
+            dashboard="rocm-watchdog-gpus",
+        ),
+        Alert(
+            "RocmNodeKernelEventUnattributed",
+            r.named(f"max by (instance, job) ({node_event}) > 0"),
+            "warning",
+            "A critical GPU kernel event on {{ $labels.nodename }} named no GPU",
+            "The kernel log reported a reset failure, lost VRAM, an uncorrectable RAS error or a ring timeout "
+            "without naming the device, on a node with several GPUs: every GPU not unhealthy on its own is unknown "
+            "(reason node_kernel_event) until --health.event-window has passed. `journalctl -k` around the event "
+            "names the GPU.",
+            "kernel",
+            "gpu_fault",
+            dashboard="rocm-watchdog-gpus",
+        ),
+    ]
 
 
 # The exporter itself ------------------------------------------------------------------------------------------
@@ -557,16 +619,18 @@ def coverage_alerts(r: Rules) -> list[tuple[str, Alert]]:
     ]
 
 
-def render(selector: str = DEFAULT_SELECTOR) -> dict[str, str]:
-    """File name -> text."""
+def render(selector: str = DEFAULT_SELECTOR, runbooks: str = RUNBOOKS, grafana: str = "") -> dict[str, str]:
+    """File name -> text. ``runbooks``: the runbook page (or a URL with ``{alert}``); ``grafana``: the Grafana base
+    URL that makes ``dashboard_url`` absolute ("" keeps ``/d/<uid>``)."""
     r = Rules(selector)
     groups = [
         ("rocm-watchdog-devices", device_alerts(r)),
         ("rocm-watchdog-kernel", kernel_alerts(r)),
+        ("rocm-watchdog-health", health_alerts(r)),
         ("rocm-watchdog-self", self_alerts(r)),
     ]
-    main = {"groups": [{"name": name, "rules": [a.rule() for a in alerts]} for name, alerts in groups]}
-    coverage = {"groups": [{"name": name, "rules": [a.rule()]} for name, a in coverage_alerts(r)]}
+    main = {"groups": [{"name": name, "rules": [a.rule(runbooks, grafana) for a in alerts]} for name, alerts in groups]}
+    coverage = {"groups": [{"name": name, "rules": [a.rule(runbooks, grafana)]} for name, a in coverage_alerts(r)]}
     return {
         "rocm-watchdog.rules.yml": HEADER + _dump(main),
         "rocm-watchdog-coverage.rules.yml": COVERAGE_HEADER + _dump(coverage),
@@ -593,8 +657,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--selector", default=DEFAULT_SELECTOR, help=f"the exporter's series [{DEFAULT_SELECTOR}]")
     parser.add_argument("--output-dir", type=Path, default=HERE, help="where to write the rule files [alerts/]")
+    parser.add_argument(
+        "--runbook-url",
+        type=_absolute_url,
+        default=RUNBOOKS,
+        metavar="URL",
+        help="the runbooks each alert links: URL#<alert name, lower case>, or URL with {alert} in it for a page per "
+        f"alert [{RUNBOOKS}]",
+    )
+    parser.add_argument(
+        "--grafana-url",
+        type=_absolute_url,
+        default=None,
+        metavar="URL",
+        help="Grafana's base URL (where dashboards/*.json are imported): dashboard_url becomes URL/d/<uid>, a link "
+        "in any notification [none: a relative /d/<uid>]",
+    )
     args = parser.parse_args(argv)
-    for name, text in render(args.selector).items():
+    for name, text in render(args.selector, args.runbook_url, args.grafana_url or "").items():
         (args.output_dir / name).write_text(text)
     return 0
 

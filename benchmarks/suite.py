@@ -224,6 +224,29 @@ def with_telemetry(gpus: list[FakeGpu]) -> list[FakeGpu]:
     return out
 
 
+def rocm_smi_with_topology(capture: Path, buses: list[str], dest: Path) -> Path:
+    """``capture`` (a ``rocm-smi --json`` output) as a node with a GPU per address of ``buses`` prints it: a card
+    each (the capture's first card's fields, its own ``PCI Bus``), and the full topology, every unordered pair's
+    weight, hops and link type between DRM devices, as ``rocm-smi --showtopo --json`` gives them. A CPX MI300X
+    node lists each partition as a GPU at its own PCI function: 64 cards and 2,016 pairs. The GPUs are one XGMI
+    hive (weight 15, one hop)."""
+    doc = json.loads(capture.read_text())
+    template = doc["card0"]
+    out: dict[str, dict[str, str]] = {}
+    for i, bus in enumerate(buses):
+        out[f"card{i}"] = {**template, "PCI Bus": bus.upper()}
+    system = {k: v for k, v in doc.get("system", {}).items() if not k.startswith("(Topology)")}
+    for a in range(len(buses)):
+        for b in range(a + 1, len(buses)):
+            system[f"(Topology) Weight between DRM devices {a} and {b}"] = "15"
+            system[f"(Topology) Hops between DRM devices {a} and {b}"] = "1"
+            system[f"(Topology) Link type between DRM devices {a} and {b}"] = "XGMI"
+    out["system"] = system
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(out))
+    return dest
+
+
 def build_host(base: Path, label: str) -> Host:
     gpus = with_telemetry(capture_gpus(HOSTS[label]))
     root = build_root(base, gpus, others=[FakeOther.bmc()], cpu_nodes=2, name=label.replace(" ", "-"))
@@ -233,7 +256,9 @@ def build_host(base: Path, label: str) -> Host:
     bdfs = [gpu.bdf for gpu in gpus]
     tools = root.root / "opt" / "rocm" / "bin"
     captures = root.root / "captures"
-    rocm_smi_stub(tools, capture_for_host(ROCM_SMI_CAPTURE, bdfs, captures / ROCM_SMI_CAPTURE.name))
+    # every GPU and partition the node lists, each at its PCI function, with the full topology between them
+    buses = [f"{gpu.bdf[:-1]}{part}" for gpu in gpus for part in range(1 + len(gpu.partitions))]
+    rocm_smi_stub(tools, rocm_smi_with_topology(ROCM_SMI_CAPTURE, buses, captures / ROCM_SMI_CAPTURE.name))
     outputs = {cmd: capture_for_host(path, bdfs, captures / path.name) for cmd, path in AMD_SMI_CAPTURES.items()}
     amd_smi_stub(tools, outputs)
     partitions = sum(1 for gpu in gpus for part in gpu.partitions if part.render is not None)  # registered ones

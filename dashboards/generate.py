@@ -343,6 +343,48 @@ def gpus() -> Board:
         [(f"rocm_watchdog_source_duration_seconds{{{NODE}}}", "{{instance}} {{source}}")],
         unit="s",
     )
+    b.panel(
+        graph(),
+        "Source failures (per interval)",
+        [(f"increase(rocm_watchdog_source_failures_total{{{NODE}}}[$__rate_interval])", "{{instance}} {{source}}")],
+        description="Failed runs of each source: a tool that fails now and then shows here before its up goes 0.",
+    )
+    b.row("Health")
+    b.panel(
+        stat.Panel(),
+        "GPUs unhealthy",
+        [(f"sum(rocm_node_gpus_unhealthy{{{NODE}}}) or vector(0)", "unhealthy")],
+        w=6,
+        h=4,
+        thresholds=RED_FROM_1,
+        description="GPUs and partitions whose verdict (rocm_gpu_health) is unhealthy: what a remediation acts on "
+        "(docs/gpu-health.md).",
+    )
+    b.panel(
+        stat.Panel(),
+        "GPUs unknown",
+        [(f'count(rocm_gpu_health{{{GPU},state="unknown"}}) or vector(0)', "unknown")],
+        w=6,
+        h=4,
+        thresholds=(("green", None), ("orange", 1.0)),
+        description="No verdict: a source is stale or has not run yet, sysfs is unreadable, or a critical kernel "
+        "event named no GPU. Unknown never counts as unhealthy.",
+    )
+    b.panel(
+        graph(),
+        "GPUs by health",
+        [(f"count by (state) (rocm_gpu_health{{{GPU}}})", "{{state}}")],
+        w=12,
+        h=4,
+    )
+    b.panel(
+        table.Panel(),
+        "GPUs not healthy, and why",
+        [(with_host(f"rocm_gpu_health_reason{{{GPU}}}", "job, instance, pci_bus, reason"), "")],
+        w=24,
+        description="One row per reason: a condition of the device watchdog, or a critical kernel event within "
+        "--health.event-window (node_kernel_event: an event that named no GPU makes every GPU unknown).",
+    )
     b.row("Memory")
     b.panel(graph(), "VRAM used", [(f"rocm_gpu_vram_used_bytes{{{GPU}}}", "{{instance}} {{pci_bus}}")], unit="bytes")
     b.panel(
@@ -389,7 +431,8 @@ def gpus() -> Board:
             (f"rocm_gpu_xcc_busy_ratio{{{GPU}}}", "{{instance}} {{pci_bus}} XCC {{xcc}}"),
         ],
         unit="percentunit",
-        description="From gpu_metrics: media engines (mm, vcn, jpeg) and each XCC of a GPU or partition.",
+        description="From gpu_metrics: media engines (mm, vcn, jpeg) and each XCC of a GPU or partition that has "
+        "several (a partition's only XCC is its busy ratio above).",
     )
     b.panel(
         graph(),
@@ -480,8 +523,15 @@ def gpus() -> Board:
     b.panel(
         graph(),
         "PCIe replays (per interval)",
-        [(f"increase(rocm_gpu_pcie_replays_total{{{GPU}}}[$__rate_interval])", "{{instance}} {{pci_bus}}")],
-        description="Retransmissions after a NAK or timeout: a steady rate points at a marginal link or riser.",
+        [
+            (f"increase(rocm_gpu_pcie_replays_total{{{GPU}}}[$__rate_interval])", "{{instance}} {{pci_bus}}"),
+            (
+                f"increase(rocm_gpu_pcie_replay_rollovers_total{{{GPU}}}[$__rate_interval])",
+                "{{instance}} {{pci_bus}} rollovers",
+            ),
+        ],
+        description="Retransmissions after a NAK or timeout, and rollovers of the replay counter (each one a run "
+        "of replays that exhausted the sequence numbers): a steady rate points at a marginal link or riser.",
     )
     b.panel(
         graph(),
@@ -558,16 +608,18 @@ def gpus() -> Board:
     b.row("Topology")
     b.panel(
         table.Panel(),
-        "GPU links",
-        [
-            (
-                f"rocm_gpu_link_info{{{GPU}}} * on(job, instance, pci_bus, peer_pci_bus) "
-                f"group_left rocm_gpu_link_weight{{{GPU}}}",
-                "",
-            )
-        ],
-        w=24,
-        description="Value: the topology link weight.",
+        "GPU links by type",
+        [(f"rocm_gpu_link_peers{{{GPU}}}", "")],
+        w=12,
+        description="Value: how many GPUs each GPU is linked to by the link type (XGMI: the other GPUs of its hive).",
+    )
+    b.panel(
+        table.Panel(),
+        "XGMI hives",
+        [(f"count by (job, instance, hive) (rocm_gpu_xgmi_hive_info{{{GPU}}})", "")],
+        w=12,
+        description="Value: the GPUs of each hive, named by its lowest PCI address. Per-pair weights and hops: "
+        "--metrics.enable=gpu.topology.pairs (rocm_gpu_link_info, _weight, _hops).",
     )
     return b
 

@@ -100,6 +100,15 @@ def _labels(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _listen_address(value: Any) -> str:
+    """``[host]:port``, checked with the rest of the configuration (binding it is ``serve``'s, at start)."""
+    from exporter.server.listen import parse_listen_address
+
+    address = str(value)
+    parse_listen_address(address)  # ValueError: what is wrong, without the flag's name (the caller adds it)
+    return address
+
+
 def _telemetry_path(value: Any) -> str:
     path = str(value)
     if not path.startswith("/") or any(c in path for c in "?# \t\r\n") or path == "/healthz":
@@ -107,12 +116,19 @@ def _telemetry_path(value: Any) -> str:
     return path
 
 
-_REPEATED_FLAGS = frozenset({"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable-only"})
-_METAVARS = {"metrics.disable": "GROUP[,GROUP...]", "metrics.enable-only": "GROUP[,GROUP...]"}
+_REPEATED_FLAGS = frozenset(
+    {"alertmanager.url", "alertmanager.label", "metrics.disable", "metrics.enable", "metrics.enable-only"}
+)
+_METAVARS = {
+    "metrics.disable": "GROUP[,GROUP...]",
+    "metrics.enable": "GROUP[,GROUP...]",
+    "metrics.enable-only": "GROUP[,GROUP...]",
+}
 # flags without a value, as in node_exporter
-_SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics"})
+_SWITCHES = frozenset({"web.systemd-socket", "web.disable-exporter-metrics", "devices.probe"})
+_NEGATABLE = frozenset({"probe"})  # --probe / --no-probe
 _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "web.listen-address": ("listen_address", str),
+    "web.listen-address": ("listen_address", _listen_address),
     "web.config.file": ("web_config_file", _path),
     "web.max-requests": ("web_max_requests", _count),
     "web.systemd-socket": ("web_systemd_socket", _flag),
@@ -138,9 +154,12 @@ _SCALAR_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "alertmanager.label": ("alertmanager_labels", _labels),
     "alertmanager.resend-interval": ("alertmanager_resend_seconds", parse_duration),
     "alertmanager.timeout": ("alertmanager_timeout_seconds", parse_duration),
+    "health.event-window": ("health_event_window_seconds", parse_duration),
     # command options, which a config file may set too
     "output": ("once_output", _path),
     "json": ("check_json", _flag),
+    "probe": ("check_probe", _flag),
+    "devices.probe": ("devices_probe", _flag),
     "log.level": ("log_level", str),
     "log.format": ("log_format", str),
 }
@@ -173,10 +192,21 @@ _HELP = {
     "alertmanager.label": "key=value label on every pushed alert (repeat the flag for several)",
     "alertmanager.resend-interval": "re-send active alerts this often [1m]",
     "alertmanager.timeout": "timeout of one push request [10s]",
+    "probe": "open /dev/kfd and the render nodes KFD lists (read-write, closed at once) to ask the kernel what the "
+    "device cgroup, the mount and the security modules allow; an open creates a KFD process while it lasts and "
+    "wakes a runtime-suspended GPU [on]",
+    "devices.probe": "open /dev/kfd and the render nodes KFD lists every devices interval to report what the kernel "
+    "answers (rocm_device_node_open_ok); each open creates a KFD process while it lasts (this one's pid is left out "
+    "of the process series) and wakes a runtime-suspended GPU [off]",
+    "health.event-window": "a critical kernel event keeps its GPU unhealthy (rocm_gpu_health) this long after its "
+    "timestamp [10m]",
     "log.level": "debug, info, warn, error [info]",
     "log.format": "json, logfmt or console [json unless stderr is a terminal]",
     "metrics.disable": "metric groups not to export (comma-separated or repeated; a prefix such as gpu names every "
     f"gpu.* group): {', '.join(metric_groups.SWITCHABLE)}; docs/metrics.md lists their families [none]",
+    "metrics.enable": "metric groups off by default to export too ("
+    + ", ".join(sorted(metric_groups.DEFAULT_OFF))
+    + "; comma-separated or repeated) [none]",
     "metrics.enable-only": "export only these metric groups, core, and the groups the alert rules read ("
     + ", ".join(n for n, g in metric_groups.GROUPS.items() if g.alerting and g.switchable)
     + ") unless --metrics.disable names those [every group]",
@@ -184,8 +214,9 @@ _HELP = {
 BACKENDS = ("auto", "amd-smi", "rocm-smi", "both")
 
 # The commands each flag (and each setting of a config file) applies to. "baseline show" and "baseline accept"
-# share a parser; show reads only the state dir. A flag on the command line of another command is an error; a
-# setting in the config file for another command is ignored (a file may be shared by serve, once and check).
+# share a parser; show reads only the state dir, and takes the path flags that `baseline --help` lists too. A flag
+# on the command line of another command is an error; a setting in the config file for another command is ignored
+# (a file may be shared by serve, once and check).
 _SERVE = frozenset({"serve"})
 _COLLECT = frozenset({"serve", "once"})
 _READ_HOST = frozenset({"serve", "once", "check", "baseline accept"})
@@ -197,7 +228,7 @@ _APPLIES: dict[str, frozenset[str]] = {
         _SERVE,
     ),
     "web.disable-exporter-metrics": _SERVE,
-    **dict.fromkeys(("path.rootfs", "path.sysfs", "path.devfs", "path.procfs"), _READ_HOST),
+    **dict.fromkeys(("path.rootfs", "path.sysfs", "path.devfs", "path.procfs"), _STATE),
     **dict.fromkeys(
         (
             "kernel-log.path",
@@ -211,6 +242,7 @@ _APPLIES: dict[str, frozenset[str]] = {
             "kubernetes.timeout",
             "baseline.auto-accept-boots",
             "host.name",
+            "health.event-window",
         ),
         _COLLECT,
     ),
@@ -220,9 +252,12 @@ _APPLIES: dict[str, frozenset[str]] = {
     ),
     "output": frozenset({"once"}),
     "json": frozenset({"check"}),
+    "probe": frozenset({"check"}),
+    "devices.probe": _COLLECT,
     "log.level": _STATE,
     "log.format": _STATE,
     "metrics.disable": _COLLECT,
+    "metrics.enable": _COLLECT,
     "metrics.enable-only": _COLLECT,
     **{f"collector.{s}": _COLLECT for s in SOURCE_NAMES},
     **{f"collector.{s}.interval": _SERVE for s in SOURCE_NAMES},  # once runs each source once
@@ -287,7 +322,9 @@ def _add_config_flags(p: argparse.ArgumentParser, commands: frozenset[str]) -> N
     for flag, help_text in _HELP.items():
         if not _APPLIES[flag] & commands:
             continue
-        action = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
+        action: Any = "append" if flag in _REPEATED_FLAGS else "store_true" if flag in _SWITCHES else "store"
+        if flag in _NEGATABLE:
+            action = argparse.BooleanOptionalAction
         extra: dict[str, Any] = {"metavar": _METAVARS[flag]} if flag in _METAVARS else {}
         p.add_argument(f"--{flag}", dest=flag, default=None, action=action, help=help_text, **extra)
     for source in SOURCE_NAMES:
@@ -309,6 +346,38 @@ def _add_config_flags(p: argparse.ArgumentParser, commands: frozenset[str]) -> N
             )
 
 
+# What each command does, for its --help (the one-line help= is what the program's --help lists).
+_DESCRIPTIONS = {
+    "serve": "Collect from every enabled source on its own schedule and serve the metrics over HTTP (the telemetry "
+    "path, /healthz, and a landing page on /) until SIGTERM or SIGINT; SIGHUP reloads the configuration. A scrape is "
+    "answered from memory and never waits for a tool.",
+    "once": "Run every enabled source once and write the exposition to standard output, or atomically to --output "
+    "FILE (for node_exporter's textfile collector; the directory must exist). Exits 0 even when a source failed: "
+    "its rocm_watchdog_source_up series says so.",
+    "check": "Preflight a host or a container: are /dev/kfd and the render nodes there, can this process open them "
+    "(computed from modes and groups, and asked of the kernel by opening them, unless --no-probe), what drifted "
+    "since the baseline in --state.dir, which GPUs ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES select, and the "
+    "host's configuration (udev rules, ROCm settings and versions, /dev/shm). Exits 0 when nothing is wrong, 1 when "
+    "it found problems (each with its fix), 2 when it could not check (docs/check.md).",
+    "capture": "Gather what a maintainer needs to reproduce a misparse or a wrong verdict on this node into one "
+    "text archive (ttar) for a bug report: the amdgpu and KFD sysfs files the sources read, the device nodes' "
+    "metadata, the udev rules that match them, each tool's output as the sources run it, the amdgpu kernel-log "
+    "lines, check --json (the kernel probe off) and the exporter's flags. Serials, UUIDs, host and user names are "
+    "redacted; it opens no GPU node and writes nothing but --output.",
+    "parse": "Read a captured rocm-smi or amd-smi output, kernel log or gpu_metrics table (FILE, or - for standard "
+    "input) and print what the exporter makes of it as normalised JSON, offline. Exits 1 when the input is not a "
+    "capture of that kind.",
+    "baseline": "show: print the device baseline stored in --state.dir (exit 1 when there is none yet). accept: make "
+    "the host's current GPUs and device nodes the baseline, after an intended change (the drift alerts then clear).",
+    "kmsg-relay": "Open the kernel log (/dev/kmsg) and copy its records unchanged into a FIFO that a non-root "
+    "exporter follows with --kernel-log.path: the Kubernetes sidecar. Runs as root with CAP_SYSLOG; drops every "
+    "capability once the device is open.",
+    "prepare-state": "Give the state dir and what is in it to the exporter's uid:gid, mode 0700: the Kubernetes "
+    "initContainer for the hostPath state dir, which Kubernetes creates root-owned. Runs as uid 0; CAP_CHOWN is what "
+    "it uses (the DaemonSet grants CHOWN and FOWNER).",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rocm-watchdog", description="Prometheus exporter and stability watchdog for AMD ROCm GPU nodes."
@@ -317,26 +386,45 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action=_Version, nargs=0, help="print the version, revision, branch, build date and runtime"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    serve = sub.add_parser("serve", help="scheduled collection and HTTP /metrics")
+    serve = sub.add_parser("serve", help="scheduled collection and HTTP /metrics", description=_DESCRIPTIONS["serve"])
     _add_config_flags(serve, frozenset({"serve"}))
-    once = sub.add_parser("once", help="one collection; exposition to stdout or atomically to --output")
+    once = sub.add_parser(
+        "once", help="one collection; exposition to stdout or atomically to --output", description=_DESCRIPTIONS["once"]
+    )
     _add_config_flags(once, frozenset({"once"}))
     once.add_argument("--output", type=Path, help="write here atomically (node_exporter textfile collector)")
-    check = sub.add_parser("check", help="preflight: device nodes, groups, drift; exit 0 ok, 1 problems, 2 error")
+    capture = sub.add_parser(
+        "capture",
+        help="what a bug report needs, redacted, in one text archive (--output FILE)",
+        description=_DESCRIPTIONS["capture"],
+    )
+    _add_config_flags(capture, frozenset({"once"}))  # once's flags: it runs the sources as once does
+    capture.add_argument("--output", type=Path, help="the archive to write (ttar text; atomically)")
+    check = sub.add_parser(
+        "check",
+        help="preflight: device nodes, groups, the kernel's answer, drift; exit 0 ok, 1 problems, 2 error",
+        description=_DESCRIPTIONS["check"],
+    )
     _add_config_flags(check, frozenset({"check"}))
     check.add_argument("--json", action="store_true", default=None, help="machine-readable report")
     check.add_argument(
         "--verbose", action="store_true", default=False, help="list every consequence under its cause, not a count"
     )
-    parse = sub.add_parser("parse", help="normalised JSON of a captured tool output or kernel log")
+    parse = sub.add_parser(
+        "parse", help="normalised JSON of a captured tool output or kernel log", description=_DESCRIPTIONS["parse"]
+    )
     parse.add_argument("kind", choices=PARSE_KINDS)
     parse.add_argument("file", nargs="?", default="-", help="the capture, or - for stdin (the default)")
     parse.add_argument("--kernel-log.rules", dest="kernel-log.rules", default=None, help=_HELP["kernel-log.rules"])
-    baseline = sub.add_parser("baseline", help="show the stored baseline, or accept the current state")
+    baseline = sub.add_parser(
+        "baseline", help="show the stored baseline, or accept the current state", description=_DESCRIPTIONS["baseline"]
+    )
     baseline.add_argument("action", choices=("show", "accept"))
     _add_config_flags(baseline, frozenset({"baseline show", "baseline accept"}))
     relay = sub.add_parser(
-        "kmsg-relay", help="copy kernel-log records into a FIFO a non-root exporter reads (root, CAP_SYSLOG only)"
+        "kmsg-relay",
+        help="copy kernel-log records into a FIFO a non-root exporter reads (root, CAP_SYSLOG only)",
+        description=_DESCRIPTIONS["kmsg-relay"],
     )
     relay.add_argument("--from", dest="from", default="/dev/kmsg", metavar="DEVICE", help="kmsg device [/dev/kmsg]")
     relay.add_argument(
@@ -344,7 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_log_flags(relay)
     prepare = sub.add_parser(
-        "prepare-state", help="give the state dir to the exporter's uid:gid, mode 0700 (uid 0, CAP_CHOWN only)"
+        "prepare-state",
+        help="give the state dir to the exporter's uid:gid, mode 0700 (uid 0 with CAP_CHOWN)",
+        description=_DESCRIPTIONS["prepare-state"],
     )
     prepare.add_argument("--state.dir", dest="state.dir", default=None, help=_HELP["state.dir"])
     prepare.add_argument("--owner", required=True, metavar="UID:GID", help="numeric owner, e.g. 10001:10001")
@@ -495,10 +585,11 @@ def _group_names(value: Any) -> list[str]:
 
 
 def _metric_groups(values: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> frozenset[str]:
-    """The metric groups --metrics.disable and --metrics.enable-only leave out; their problems into ``problems``:
+    """The metric groups --metrics.disable, --metrics.enable and --metrics.enable-only leave out; their problems into
+    ``problems``:
     unknown groups (with what was probably meant), core (never off), an enable-only group disabled too."""
     valid = metric_groups.selectors()
-    chosen: dict[str, list[str] | None] = {"metrics.disable": None, "metrics.enable-only": None}
+    chosen: dict[str, list[str] | None] = {"metrics.disable": None, "metrics.enable": None, "metrics.enable-only": None}
     for flag in chosen:
         if flag not in values:
             continue
@@ -522,11 +613,13 @@ def _metric_groups(values: dict[str, Any], where: Callable[[str], str], problems
             else:
                 kept.append(name)
     disable, enable_only = chosen["metrics.disable"] or [], chosen["metrics.enable-only"]
-    off = metric_groups.disabled_groups(disable)
-    for name in enable_only or ():
-        if set(metric_groups.expand(name)) <= off:
-            problems.append(f"{where('metrics.enable-only')}: {name!r} is disabled by --metrics.disable too")
-    return metric_groups.disabled_groups(disable, enable_only)
+    enable = chosen["metrics.enable"] or []
+    off = {g for name in disable for g in metric_groups.expand(name)}
+    for flag, names in (("metrics.enable-only", enable_only or ()), ("metrics.enable", enable)):
+        for name in names:
+            if set(metric_groups.expand(name, opt_in=flag == "metrics.enable")) <= off:
+                problems.append(f"{where(flag)}: {name!r} is disabled by --metrics.disable too")
+    return metric_groups.disabled_groups(disable, enable_only, enable)
 
 
 def file_problems(config: Config, command: str) -> list[str]:
@@ -534,7 +627,7 @@ def file_problems(config: Config, command: str) -> list[str]:
     must be a directory, the web config and the kernel-log rules must load. Apart from ``load_config``, which
     reads only the command line and the config file (so a manifest's flags can be checked anywhere)."""
     problems: list[str] = []
-    if command in _READ_HOST and not config.rootfs.is_dir():
+    if command in _STATE and not config.rootfs.is_dir():
         state = "not a directory" if config.rootfs.exists() else "no such directory"
         problems.append(f"--path.rootfs {config.rootfs}: {state}")
     if command == "serve" and config.web_config_file is not None:
@@ -602,7 +695,8 @@ def _flag_problems(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tupl
         bad.add(token)
         elsewhere = sorted(c for c, p in subparsers.items() if c != command and name in _long_flags(p))
         if elsewhere:
-            problems.append(f"{name}: not a flag of {command}; it applies to {' and '.join(elsewhere)}")
+            where = ", ".join(elsewhere[:-1]) + " and " + elsewhere[-1] if len(elsewhere) > 1 else elsewhere[0]
+            problems.append(f"{name}: not a flag of {command}; it applies to {where}")
             continue
         close = suggest(name, sorted(known))
         problems.append(f"{name}: unknown flag" + (f" (did you mean {close}?)" if close else ""))
@@ -627,7 +721,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace | None, 
     try:
         args, extras = parser.parse_known_args(argv)
     except UsageError as exc:
-        return None, [*problems, str(exc)]
+        return None, [*problems, _usage_problem(str(exc), parser)]
     after_bad = False
     for token in extras:
         if token in bad:
@@ -644,6 +738,26 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace | None, 
     return args, problems
 
 
+def _usage_problem(message: str, parser: argparse.ArgumentParser) -> str:
+    """argparse's message, with an unknown command answered by what was probably meant."""
+    if message == "the following arguments are required: kind":
+        return f"parse needs the kind of capture first: {', '.join(PARSE_KINDS)} (then FILE, or - for stdin)"
+    m = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
+    if m is None:
+        return message
+    commands = list(_subparsers(parser))
+    close = suggest(m.group(1), commands)
+    return f"unknown command {m.group(1)!r} " + (
+        f"(did you mean {close}?)" if close else f"(commands: {', '.join(commands)})"
+    )
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command named on a command line argparse refused (for the hint of which --help to read)."""
+    commands = _subparsers(build_parser())
+    return next((token for token in argv if token in commands), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (``ExitCode``). Never a traceback on the terminal: a reader that goes away
     ends the output quietly, Ctrl-C exits 130, a bug exits 70 with one line (the traceback is in the log)."""
@@ -653,18 +767,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             configure("info", default_format())  # until the configuration says otherwise (records only)
             args, problems = parse_command_line(argv)
-            command = command_key(args) if args is not None else None
-            return int(_run(args, problems))
+            command = command_key(args) if args is not None else _command_in(argv)
+            return int(_run(args, problems, command))
         except KeyboardInterrupt:
             return ExitCode.INTERRUPTED
         except Exception as exc:
             return _internal_error(exc, command)
 
 
-def _run(args: argparse.Namespace | None, problems: list[str]) -> int:
+def _run(args: argparse.Namespace | None, problems: list[str], named: str | None = None) -> int:
     if args is None or args.command not in ("serve", "once", "check", "baseline"):
         if problems or args is None:
-            return _fail_config(problems, command_key(args) if args is not None else None)
+            return _fail_config(problems, command_key(args) if args is not None else named)
         if args.command == "demo":
             from exporter.demo import cmd_demo
 
@@ -673,6 +787,10 @@ def _run(args: argparse.Namespace | None, problems: list[str]) -> int:
             return cmd_parse(args)
         if args.command == "kmsg-relay":
             return cmd_kmsg_relay(args)
+        if args.command == "capture":
+            from exporter.capture import cmd_capture_args
+
+            return cmd_capture_args(args)
         return cmd_prepare_state(args)
     command = command_key(args)
     try:
@@ -831,11 +949,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print(f"rocm-watchdog parse {kind}: {name} is empty: not a capture of {_CAPTURE_OF[kind]}", file=sys.stderr)
         return ExitCode.PROBLEMS
     try:
+        from exporter.fakehost.from_capture import capture_input  # a `rocm-watchdog capture` archive: its part
+
+        data = capture_input(kind, data) or data
         result: dict[str, Any]
         if kind == "gpu-metrics":  # amdgpu's binary sysfs table: bytes, not text
-            from exporter.parsers.gpu_metrics import parse_gpu_metrics
+            from exporter.parsers.gpu_metrics import parse_gpu_metrics_capture
 
-            result = parse_gpu_metrics(data).to_json()
+            result = parse_gpu_metrics_capture(data).to_json()
         elif kind == "rocm-smi":
             from exporter.parsers.rocm_smi import parse_rocm_smi
 
@@ -956,6 +1077,12 @@ def build_runtime(config: Config, push: PushStatus | None = None) -> tuple[Sched
 def cmd_once(config: Config, output: Path | None) -> int:
     from prometheus_client import generate_latest
 
+    if output is not None:  # before collecting: nothing is made (no directory), and the reason is said as it is
+        from exporter.failures import output_problem, report
+
+        problem = output_problem(output)
+        if problem is not None:
+            return report("once", problem)
     try:
         scheduler, registry = build_runtime(config)
     except ConfigError as exc:
@@ -971,9 +1098,11 @@ def cmd_once(config: Config, output: Path | None) -> int:
     from exporter.statefile import write_atomic
 
     try:
-        write_atomic(output, text)
+        write_atomic(output, text, make_parents=False)
     except OSError as exc:
-        return _fail_config([f"--output {output}: {exc.strerror or exc}"])
+        from exporter.failures import output_failure, report
+
+        return report("once", output_failure(output, exc))
     return 0
 
 
@@ -1070,12 +1199,24 @@ def cmd_serve(
         )
     except SystemdSocketError as exc:
         return _fail_config([f"--web.systemd-socket: {exc}"], "serve")
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         return _fail_config([f"--web.listen-address {config.listen_address}: {exc}"], "serve")
+    except OSError as exc:  # valid, but this machine refuses it (a port in use, a privileged port): not a config error
+        from exporter.failures import listen_failure, report
+        from exporter.server.listen import parse_listen_address
+
+        return report(
+            "serve", listen_failure(config.listen_address, parse_listen_address(config.listen_address)[1], exc)
+        )
     running = Running(
         config, web, scheduler, collector, exposition, server, exporter_metrics, rules_digest=rules_digest(config)
     )
     running.start_push()  # serve only: once, check and parse never push
+    from exporter.sinks.health_file import HealthFileWriter
+
+    verdict_file = HealthFileWriter(scheduler.store, lambda: running.config)  # for node-problem-detector's plugin
+    verdict_file.start()
+    collector.verdict_file_status = verdict_file.status
     collector.reconfigure(config, running.push_status, running.exporter_families())
     exposition.invalidate()
     reloader = Reloader(running, load) if load is not None else None
@@ -1129,6 +1270,7 @@ def cmd_serve(
     )
     stop_all()
     running.scheduler.shutdown()
+    verdict_file.stop()
     if pusher is not None:
         pusher.stop()  # resolves what it holds firing, within --alertmanager.timeout
     server.shutdown()

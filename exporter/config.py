@@ -50,8 +50,9 @@ class Config(msgspec.Struct, frozen=True):
     )
     intervals_seconds: dict[str, float] = msgspec.field(default_factory=lambda: dict(DEFAULT_INTERVALS_SECONDS))
     top_processes: int = 20
-    # --metrics.disable / --metrics.enable-only, resolved: the metric groups not exported (exporter.metrics.groups)
-    metric_groups_disabled: frozenset[str] = frozenset()
+    # --metrics.disable / --metrics.enable / --metrics.enable-only, resolved: the metric groups not exported
+    # (exporter.metrics.groups; by default those off by default, the per-pair topology)
+    metric_groups_disabled: frozenset[str] = frozenset({"gpu.topology.pairs"})
     # --collector.kubernetes: the kubelet's pod-resources socket (not under --path.rootfs: mount it where it is)
     kubernetes_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     kubernetes_timeout_seconds: float = 2.0  # deadline of one pod-resources List call
@@ -64,8 +65,14 @@ class Config(msgspec.Struct, frozen=True):
     alertmanager_labels: tuple[tuple[str, str], ...] = ()  # extra labels on every pushed alert
     alertmanager_resend_seconds: float = 60.0  # re-send active alerts this often (endsAt is 3x ahead)
     alertmanager_timeout_seconds: float = 10.0
+    # a critical kernel event keeps its GPU unhealthy this long after its own timestamp (rocm_gpu_health)
+    health_event_window_seconds: float = 600.0
     once_output: Path | None = None  # once --output: the textfile to write atomically
     check_json: bool = False  # check --json
+    # check --no-probe: do not open /dev/kfd and the render nodes to ask the kernel (exporter.sources.probe)
+    check_probe: bool = True
+    # serve/once --devices.probe: the devices source opens them too (a KFD process per open, a suspended GPU woken)
+    devices_probe: bool = False
 
     def enabled(self, source: str) -> bool:
         return self.collectors.get(source, False)

@@ -21,7 +21,7 @@ from exporter.model.gpu import (
     XcpActivity,
 )
 from exporter.model.smi import SmiGpu, SmiReport
-from exporter.parsers.common import normalize_bdf, parse_int
+from exporter.parsers.common import normalize_bdf, unique_id_form
 from exporter.store import StoreView
 
 T = TypeVar("T")
@@ -70,11 +70,7 @@ class LinkView(msgspec.Struct, frozen=True):
 
 def canonical_unique_id(value: str | None) -> str | None:
     """A tool's unique_id (``0x5A4A...``, or bare hex) in the form sysfs identities carry: ``hex(int)``."""
-    if value is None:
-        return None
-    text = value.strip()
-    number = parse_int(text if text.lower().startswith("0x") else f"0x{text}")
-    return hex(number) if number is not None else None
+    return unique_id_form(value)
 
 
 def _from_sysfs(gpu: GpuIdentity, driver_version: str | None, errors: tuple[SysfsReadErrors, ...]) -> GpuView:

@@ -9,7 +9,8 @@ What a reload applies without a restart, and how:
   the new sources; the store keeps every source's last data and counters, so no series gaps or resets;
 - ``--alertmanager.*`` and ``--host.name``: the push is stopped (resolving what it held firing) and started
   with the new settings;
-- ``--processes.top-n``, ``--web.disable-exporter-metrics``, ``--log.*``: from the next scrape or line.
+- ``--processes.top-n``, ``--web.disable-exporter-metrics``, ``--log.*``, ``--health.event-window``: from the next
+  scrape or line (the verdict file's next write, for the last).
 
 What needs a restart (logged as ``config_reload_needs_restart``, the running value kept): the listening
 sockets and their limits: ``--web.listen-address``, ``--web.systemd-socket``, ``--web.max-requests``,
@@ -76,8 +77,11 @@ FLAG_OF = {
     "alertmanager_labels": "alertmanager.label",
     "alertmanager_resend_seconds": "alertmanager.resend-interval",
     "alertmanager_timeout_seconds": "alertmanager.timeout",
+    "health_event_window_seconds": "health.event-window",
     "once_output": "output",
     "check_json": "json",
+    "check_probe": "probe",
+    "devices_probe": "devices.probe",
 }
 RESTART_ONLY = frozenset({"listen_address", "web_systemd_socket", "web_max_requests", "web_telemetry_path"})
 SOURCE_FIELDS = frozenset(
@@ -98,6 +102,7 @@ SOURCE_FIELDS = frozenset(
         "kubernetes_socket",
         "kubernetes_timeout_seconds",
         "baseline_auto_accept_boots",
+        "devices_probe",  # the devices source opens the nodes, the processes source leaves its own pid out
     }
 )
 PUSH_FIELDS = frozenset(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from exporter.logging import get_logger
-from exporter.sources import Source, SourceError
+from exporter.sources import Source, SourceAbsent, SourceError
 from exporter.sources.wakeup import Interrupt, wait_readable
 from exporter.store import SnapshotStore
 
@@ -80,9 +80,17 @@ class Scheduled(msgspec.Struct, frozen=True):
 def run_source(source: Source[object], store: SnapshotStore) -> bool:
     """Run one collection and record its health; never raises. Returns whether it succeeded."""
     started = time.monotonic()
+    absent_label = getattr(source, "absent_label", None)  # a source whose tools may all be missing (auto smi)
     try:
         data = source.collect()
+    except SourceAbsent as exc:  # nothing of it installed: a state, not a failure (no up series, no alert)
+        for name in getattr(source, "names", ()) or (source.name,):
+            store.record_unused(name)
+        store.set_absent(exc.label, str(exc))
+        return True
     except SourceError as exc:
+        if absent_label is not None:
+            store.set_absent(absent_label, None)
         # The name is read after the run: an auto-selecting source names the tool it ended up using, or, when none
         # worked, gives each tool's own error.
         duration = time.monotonic() - started
@@ -102,6 +110,8 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     bound = log.bind(source=name)
     previous = store.view(time.time()).entries.get(name)
     store.record_success(name, data, duration, time.time())
+    if absent_label is not None:
+        store.set_absent(absent_label, None)
     for other in getattr(source, "names", ()):  # the auto-selected tool: the one not chosen is not in use
         if other != name:
             store.record_unused(other)

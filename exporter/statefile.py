@@ -50,9 +50,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_temp(path: Path, data: bytes, prefix: str | None = None, mode: int = 0o644) -> Path:
-    """The new content, durable, under a temp name beside ``path`` (the first half of ``write_atomic``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_temp(
+    path: Path, data: bytes, prefix: str | None = None, mode: int = 0o644, make_parents: bool = True
+) -> Path:
+    """The new content, durable, under a temp name beside ``path`` (the first half of ``write_atomic``); the
+    directory is made first unless ``make_parents`` is false (``once --output`` makes none)."""
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=prefix or f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -73,8 +77,8 @@ def commit(temp: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    temp = write_temp(path, data, mode=mode)
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, make_parents: bool = True) -> None:
+    temp = write_temp(path, data, mode=mode, make_parents=make_parents)
     try:
         commit(temp, path)
     except BaseException:

@@ -42,6 +42,8 @@ class SourceEntry(msgspec.Struct, frozen=True):
 class StoreView(msgspec.Struct, frozen=True):
     now: float
     entries: Mapping[str, SourceEntry]
+    # label -> why: sources with nothing installed to read (``SourceAbsent``), rocm_watchdog_source_absent
+    absent: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     def fresh_data(self, name: str) -> object | None:
         """The source's last good data, or None when it never succeeded or its data is stale."""
@@ -55,6 +57,7 @@ class SnapshotStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, SourceEntry] = {}
+        self._absent: dict[str, str] = {}
         self._listeners: list[Callable[[str], None]] = []
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
@@ -133,6 +136,17 @@ class SnapshotStore:
             self._entries[name] = SourceEntry(health, None)
         self._notify(name)
 
+    def set_absent(self, label: str, why: str | None) -> None:
+        """``label``'s tools are not installed (``why``), or no longer absent (None)."""
+        with self._lock:
+            if self._absent.get(label) == why:
+                return
+            if why is None:
+                self._absent.pop(label, None)
+            else:
+                self._absent[label] = why
+        self._notify(label)
+
     def view(self, now: float) -> StoreView:
         with self._lock:
-            return StoreView(now, MappingProxyType(dict(self._entries)))
+            return StoreView(now, MappingProxyType(dict(self._entries)), MappingProxyType(dict(self._absent)))

@@ -320,7 +320,7 @@ class Fleet:
         self.timings["exporters_serving"] = time.monotonic() - t
 
         t = time.monotonic()
-        self.hooks = {name: Webhook(name) for name in ("pager", "tickets")}
+        self.hooks = {name: Webhook(name) for name in ("pager", "tickets", "remediation")}
         am_config = self.base / "alertmanager.yml"
         doc = redirect_alertmanager_config(
             yaml.safe_load(ALERTMANAGER_CONFIG.read_text()), {name: hook.url for name, hook in self.hooks.items()}

@@ -93,6 +93,11 @@ def test_amtool_accepts_the_example() -> None:
         (["alertname=RocmGpuMissing", "severity=critical", "cause=gpu_missing"], "pager"),
         (["alertname=RocmDeviceCondition", "severity=warning", "cause=by_path_missing"], "tickets"),
         (["alertname=SomethingElse"], "tickets"),  # no severity: still reaches a human
+        # the health verdict goes to automation only: its root cause already reaches a human
+        (
+            ["alertname=RocmNodeGpusUnhealthy", "severity=warning", "watchdog=health", "cause=gpu_unhealthy"],
+            "remediation",
+        ),
     ],
 )
 def test_routes_by_severity(labels: list[str], receiver: str) -> None:
@@ -156,7 +161,7 @@ def test_alerts_silenced_while_the_exporter_is_down_carry_the_label_the_inhibiti
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     need("prometheus-alertmanager", "alertmanager")
-    hooks = {name: Webhook(name) for name in ("pager", "tickets")}
+    hooks = {name: Webhook(name) for name in ("pager", "tickets", "remediation")}
     config = tmp_path / "alertmanager.yml"
     doc = redirect_alertmanager_config(example(), {name: hook.url for name, hook in hooks.items()})
     config.write_text(yaml.safe_dump(doc))

@@ -73,6 +73,46 @@ def test_shipped_rules_are_what_the_generator_makes() -> None:
         assert (ALERTS / name).read_text() == text, f"alerts/{name} is stale: run `python alerts/generate.py`"
 
 
+def test_with_no_options_the_generator_rewrites_the_shipped_files_unchanged(tmp_path: Path) -> None:
+    assert generator().main(["--output-dir", str(tmp_path)]) == 0
+    for name in ("rocm-watchdog.rules.yml", "rocm-watchdog-coverage.rules.yml"):
+        assert (tmp_path / name).read_text() == (ALERTS / name).read_text(), name
+    assert {r["annotations"].get("dashboard_url", "/d/")[:3] for r in rules()} == {"/d/"}  # today's: relative
+
+
+@pytest.mark.parametrize(
+    ("runbooks", "expected"),
+    [
+        ("https://wiki.example.net/ops/rocm-watchdog", "https://wiki.example.net/ops/rocm-watchdog#{alert}"),
+        ("https://wiki.example.net/ops/{alert}", "https://wiki.example.net/ops/{alert}"),
+    ],
+)
+def test_runbook_and_grafana_base_urls_go_into_every_alert(tmp_path: Path, runbooks: str, expected: str) -> None:
+    """A fork or an internal wiki and its own Grafana: every runbook_url on that base, every dashboard_url absolute."""
+    grafana = "https://grafana.example.net/"
+    assert generator().main(["--runbook-url", runbooks, "--grafana-url", grafana, "--output-dir", str(tmp_path)]) == 0
+    written = rules(tmp_path / "rocm-watchdog.rules.yml") + rules(tmp_path / "rocm-watchdog-coverage.rules.yml")
+    shipped = rules() + rules(COVERAGE)
+    assert [r["alert"] for r in written] == [r["alert"] for r in shipped]
+    for r, before in zip(written, shipped, strict=True):
+        annotations = r["annotations"]
+        assert annotations["runbook_url"] == expected.replace("{alert}", r["alert"].lower()), r["alert"]
+        was = before["annotations"].get("dashboard_url")
+        assert annotations.get("dashboard_url") == (None if was is None else "https://grafana.example.net" + was)
+        assert {k: v for k, v in r.items() if k != "annotations"} == {
+            k: v for k, v in before.items() if k != "annotations"
+        }
+    assert sum("dashboard_url" in r["annotations"] for r in written) >= 10
+    run_promtool("check", "rules", str(tmp_path / "rocm-watchdog.rules.yml"))
+
+
+def test_a_relative_base_url_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        generator().main(["--grafana-url", "grafana.local", "--output-dir", str(tmp_path)])
+    assert refused.value.code == 2 and "expected an absolute http(s) URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_selector_is_configurable(tmp_path: Path) -> None:
     assert generator().main(["--selector", 'job="gpu-exporter",cluster="c1"', "--output-dir", str(tmp_path)]) == 0
     text = (tmp_path / "rocm-watchdog.rules.yml").read_text()
@@ -93,7 +133,7 @@ def test_every_alert_has_a_runbook_section_and_routing_labels() -> None:
     for r in rules() + rules(COVERAGE):
         labels = r["labels"]
         assert labels["severity"] in ("critical", "warning", "{{ $labels.severity }}"), r["alert"]
-        assert labels["watchdog"] in ("drift", "kernel", "self") and labels["cause"], r["alert"]
+        assert labels["watchdog"] in ("drift", "kernel", "self", "health") and labels["cause"], r["alert"]
         assert r["annotations"]["runbook_url"].endswith("#" + r["alert"].lower())
         assert r["alert"].lower() in anchors, f"docs/runbooks.md has no section for {r['alert']}"
     for r in rules():
@@ -392,6 +432,39 @@ def cases() -> list[dict[str, Any]]:
             ],
         },
         {
+            # What the exporter exports in each case (tests/test_smi_auto.py): neither tool installed is
+            # rocm_watchdog_source_absent{source="smi"} and no up series for the tools; a broken rocm-smi is up 0.
+            "name": "a node without either smi tool does not page; an installed tool that fails does",
+            "interval": "1m",
+            "input_series": [
+                HOST_INFO | {"values": "1x30"},
+                series("rocm_watchdog_source_up", "1x30", source="sysfs"),
+                series("rocm_watchdog_source_absent", "1x30", source="smi"),
+                series("rocm_watchdog_source_failures_total", "0x30", source="amd-smi"),
+                series("rocm_watchdog_source_failures_total", "0x30", source="rocm-smi"),
+                {
+                    "series": 'rocm_watchdog_host_info{instance="n2:9862",job="rocm-watchdog",nodename="gpu-node-2"}',
+                    "values": "1x30",
+                },
+                {
+                    "series": 'rocm_watchdog_source_up{instance="n2:9862",job="rocm-watchdog",source="rocm-smi"}',
+                    "values": "0x30",
+                },
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "20m",
+                    "alertname": "RocmWatchdogSourceFailing",
+                    "exp_alerts": [
+                        expect(
+                            "RocmWatchdogSourceFailing", source="rocm-smi", instance="n2:9862", nodename="gpu-node-2"
+                        )
+                    ],
+                },
+                {"eval_time": "20m", "alertname": "RocmWatchdogSourceStale", "exp_alerts": []},
+            ],
+        },
+        {
             "name": "a state file the exporter may not read",
             "interval": "1m",
             "input_series": [
@@ -406,6 +479,33 @@ def cases() -> list[dict[str, Any]]:
                     "alertname": "RocmWatchdogStateFileUnreadable",
                     "exp_alerts": [expect("RocmWatchdogStateFileUnreadable", file="baseline.json")],
                 },
+            ],
+        },
+        {
+            "name": "unhealthy GPUs: the node count pages a ticket after 1m; an unattributed event says so once",
+            "interval": "1m",
+            "input_series": [
+                HOST_INFO | {"values": "1x20"},
+                series("rocm_node_gpus_unhealthy", "0 0 2x5 0x10"),
+                series("rocm_gpu_health_reason", "_x3 1x5 _x10", pci_bus=A, reason="node_kernel_event"),
+                series("rocm_gpu_health_reason", "_x3 1x5 _x10", pci_bus=B, reason="node_kernel_event"),
+                series("rocm_gpu_health_reason", "1x20", pci_bus=B, reason="vram_lost"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "RocmNodeGpusUnhealthy", "exp_alerts": []},  # for: 1m
+                {
+                    "eval_time": "3m",
+                    "alertname": "RocmNodeGpusUnhealthy",
+                    "exp_alerts": [expect("RocmNodeGpusUnhealthy", "2")],
+                },
+                {"eval_time": "10m", "alertname": "RocmNodeGpusUnhealthy", "exp_alerts": []},
+                {"eval_time": "2m", "alertname": "RocmNodeKernelEventUnattributed", "exp_alerts": []},
+                {
+                    "eval_time": "4m",
+                    "alertname": "RocmNodeKernelEventUnattributed",
+                    "exp_alerts": [expect("RocmNodeKernelEventUnattributed", "1")],
+                },
+                {"eval_time": "15m", "alertname": "RocmNodeKernelEventUnattributed", "exp_alerts": []},
             ],
         },
         {
@@ -502,7 +602,6 @@ def test_every_alert_has_a_unit_test() -> None:
         "RocmDisplayTimeout",
         "RocmPcieAerCorrectedErrorsHigh",
         "RocmKernelLogRecordsLost",
-        "RocmWatchdogSourceFailing",
         "RocmWatchdogStateFileCorrupt",
         "RocmWatchdogStateNotSaved",
     }
@@ -781,12 +880,21 @@ def test_three_changes_on_an_8_gpu_host_give_three_alerts(
         ("RocmDeviceNodePermissionDrift", "/dev/kfd"),
     }
     got: set[tuple[str, str]] = set()
+    health: set[tuple[str, str]] = set()
     deadline = time.monotonic() + 60
+
+    def pages() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        # the health verdict's alert is for automation (the example routes it to a remediation webhook), not a page
+        alerts = firing(prom)
+        people = {(a["alertname"], a.get("subject", "")) for a in alerts if a["watchdog"] != "health"}
+        return people, {(a["alertname"], a.get("nodename", "")) for a in alerts if a["watchdog"] == "health"}
+
     while time.monotonic() < deadline:
-        got = {(a["alertname"], a.get("subject", "")) for a in firing(prom)}
+        got, health = pages()
         if expected <= got:
             time.sleep(3)  # anything else would fire within a few more evaluations
-            got = {(a["alertname"], a.get("subject", "")) for a in firing(prom)}
+            got, health = pages()
             break
         time.sleep(0.5)
     assert got == expected, got
+    assert health <= {("RocmNodeGpusUnhealthy", "gpu-node-7")}, health  # at most one, for the node

@@ -1,6 +1,9 @@
 """``check``'s node table and advice on real fake roots (mknod'ed device nodes, sysfs as the kernel lays it out):
 "can open" and "policy" are separate verdicts, a node of the baseline that is gone is listed as gone, the advice
-never contradicts what is seen, ``--json`` only gains fields, and docs/check.md shows the real output."""
+never contradicts what is seen, ``--json`` only gains fields, and docs/check.md shows the real output.
+
+Access is judged for given credentials, so the kernel probe is not run (and ``FakeRoot.config()`` has it off: the
+fake nodes have no driver here); docs/check.md's probe examples run ``check`` in a child (tests/check_examples.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ USER = ProcessCreds(1000, 1000, (1000, 109))  # an unprivileged user in the host
 NODE_FIELDS = {"path", "present", "char_device", "mode", "owner", "group", "uid", "gid", "major", "minor", "acl"}
 NODE_FIELDS |= {"accessible", "grant_gids"}
 REPORT_FIELDS = {"ok", "exit_code", "process", "nodes", "gpus", "access", "baseline", "causes", "conditions"}
-REPORT_FIELDS |= {"visible_devices", "problems", "notes"}
+REPORT_FIELDS |= {"visible_devices", "problems", "notes", "host_config", "udev"}
 BASELINE_FIELDS = {"path", "present", "created", "boot_id", "same_boot", "corrupt"}
 
 
@@ -183,6 +186,12 @@ def test_a_container_without_render_nodes_is_told_which(tmp_path: Path) -> None:
     assert table(text)["/dev/dri/renderD129"][0] == "absent"
 
 
+def test_docs_check_md_lists_the_preflight_kinds() -> None:
+    blocks = check_examples.KINDS_BLOCK.search(check_examples.DOC.read_text())
+    assert blocks is not None, "docs/check.md has no <!-- check-kinds --> block"
+    assert blocks.group(2) == check_examples.kinds_table(), "run `.venv/bin/python tests/check_examples.py`"
+
+
 def test_json_only_gains_fields(tmp_path: Path) -> None:
     root = two_gpu_root(tmp_path)
     daemon_baseline(root)
@@ -213,8 +222,10 @@ def test_unreadable_and_corrupt_baselines_are_told_apart(tmp_path: Path) -> None
     assert "is corrupt" in text and path.read_text() == "{torn"  # check never moves it
 
 
-@pytest.mark.parametrize("name", sorted(check_examples.EXAMPLES))
+@pytest.mark.parametrize("name", sorted(check_examples.EXAMPLES) + sorted(check_examples.CHILD_EXAMPLES))
 def test_docs_check_md_shows_the_real_output(name: str) -> None:
+    if name in check_examples.CHILD_EXAMPLES and check_examples.child_missing(name) is not None:
+        pytest.skip(str(check_examples.child_missing(name)))
     blocks = check_examples.blocks(check_examples.DOC.read_text())
     assert name in blocks, f"docs/check.md has no <!-- check-example: {name} --> block"
     assert blocks[name] == check_examples.run(name), (

@@ -110,6 +110,7 @@ def cases(h: Host) -> dict[str, list[list[str]]]:
     """Each README command as concrete runs over the fake host (serve: tests below, it does not end by itself)."""
     return {
         "once": [["once", *h.collect]],
+        "capture": [["capture", f"--output={h.root.root.parent / 'capture.ttar'}", *h.collect]],
         "check": [["check", *h.paths], ["check", "--json", *h.paths]],
         "parse": [["parse", kind, str(path)] for kind, path in CAPTURES.items()],
         "baseline": [["baseline", "show", f"--state.dir={h.root.state_dir}"], ["baseline", "accept", *h.paths]],
@@ -289,10 +290,10 @@ def test_a_flag_of_another_command_is_refused(host: Host) -> None:
         "--web.listen-address: not a flag of once; it applies to demo and serve"
     ]
     assert problems_of(run(["check", "--kernel-log.path=/dev/kmsg", *host.paths])) == [
-        "--kernel-log.path: not a flag of check; it applies to once and serve"
+        "--kernel-log.path: not a flag of check; it applies to capture, once and serve"
     ]
-    assert problems_of(run(["baseline", "show", "--path.rootfs=/", f"--state.dir={host.root.state_dir}"])) == [
-        "--path.rootfs: applies to baseline accept, check, once and serve, not baseline show"
+    assert problems_of(run(["baseline", "show", "--smi.backend=auto", f"--state.dir={host.root.state_dir}"])) == [
+        "--smi.backend: not a flag of baseline; it applies to capture, once and serve"
     ]
 
 

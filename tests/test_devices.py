@@ -1,4 +1,7 @@
-"""Device nodes: host group names, ACLs, the permission decision (checked against the kernel), by-path links."""
+"""Device nodes: host group names, ACLs, the permission decision (checked against the kernel), by-path links.
+
+The devices source opens nothing here (``--devices.probe`` is off by default; tests/test_devices_probe.py turns
+it on)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Every drift scenario on a fake root, end to end: detected by the source, shown in the metrics and in
-``check``, and (for drift against the baseline) cleared by ``baseline accept``."""
+``check``, and (for drift against the baseline) cleared by ``baseline accept``. ``check`` runs with the kernel probe
+off (``FakeRoot.config()``: the fake nodes have no driver here)."""
 
 from __future__ import annotations
 
@@ -225,6 +226,8 @@ def test_scenarios_cover_the_kinds() -> None:
     rdev_mismatch, mode/group_inconsistent, group_not_render_or_video, kfd_render_group_split) has its own."""
     side_effects = {"node_missing", "rdev_drift", "mode_inconsistent", "group_inconsistent"}
     side_effects |= {"group_not_render_or_video", "kfd_render_group_split"}
+    # needs a real process and the host's /proc: end to end in test_hostconfig.py (source, check and alert)
+    side_effects |= {"process_lost_group"}
     assert set(KINDS) - {s.kind for s in SCENARIOS} == side_effects
 
 
@@ -315,8 +318,19 @@ def test_metrics_of_a_healthy_host(tmp_path: Path) -> None:
     assert line("rocm_device_node_info", 1.0, **info, minor="0", pci_bus="") in text
     assert line("rocm_device_node_accessible", 1.0, path="/dev/kfd", pci_bus="") in text  # the tests run as root
     assert line("rocm_device_node_accessible", 1.0, path="/dev/dri/renderD129", pci_bus=B) in text
-    assert line("rocm_device_node_drift", 0.0, path="/dev/kfd", attribute="mode", pci_bus="") in text
-    assert line("rocm_watchdog_state_file_corrupt", 0.0, file="baseline.json") in text
+    # the 0/1 state families are served only while 1 (CONTRACT section 4): a healthy host has none of them, and
+    # rocm_watchdog_drift_evaluated says drift was looked at; present nodes have their info, not a present 1
+    for family in (
+        "rocm_device_node_drift",
+        "rocm_device_node_policy_violation",
+        "rocm_render_node_renumbered",
+        "rocm_gpu_missing",
+        "rocm_group_gid_drift",
+        "rocm_device_node_present",
+        "rocm_watchdog_state_file_corrupt",
+    ):
+        assert f"\n{family}{{" not in text, family
+    assert "rocm_watchdog_drift_evaluated 1.0" in text
     assert f"rocm_baseline_timestamp_seconds {T0}" in text.replace("1.7e+09", str(T0))
     assert "rocm_device_condition{" not in text
     assert "rocm_device" not in scrape(None)

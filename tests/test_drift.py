@@ -15,6 +15,7 @@ from exporter.model.devices import (
     Condition,
     DeviceNode,
     DevicesSnapshot,
+    KfdProcess,
     ProcessCreds,
 )
 from exporter.model.gpu import DrmMinor, GpuIdentity, KfdNode, OtherDrmDevice, SysfsSnapshot
@@ -158,6 +159,16 @@ def _scenario(name: str) -> tuple[SysfsSnapshot, DevicesSnapshot]:
         devices = replace_node(devices, "kfd", node("kfd", rdev=(234, 0)))
     elif name == "group_gid_drift":
         devices = replace(devices, host_groups=(("render", 110), ("video", 44)))
+    elif name == "process_lost_group":
+        # render renumbered and the nodes relabelled; a job started before keeps the old gid in its groups
+        devices = replace(devices, host_groups=(("render", 110), ("video", 44)))
+        for n in ("kfd", "renderD128", "renderD129"):
+            devices = replace_node(devices, n, node(n, gid=110, group="render"))
+        job = KfdProcess(
+            4242, "python3", uid=1000, gid=1000, groups=(109,), pod_uid="0b7c6a3e-0000-4000-8000-000000000001"
+        )
+        ok = KfdProcess(4243, "python3", uid=1000, gid=1000, groups=(110,))
+        devices = replace(devices, kfd_processes=(job, ok, KfdProcess(1, "root-job", uid=0, groups=())))
     elif name == "drm_device_added":
         simple = OtherDrmDevice("card3", "simple-framebuffer", "simple-framebuffer.0")
         sysfs = replace(sysfs, other_drm=(*sysfs.other_drm, simple))
@@ -215,6 +226,7 @@ SCENARIOS = [
     ("acl_drift", ("acl_drift", "/dev/dri/renderD128")),
     ("kfd_major_changed", ("kfd_major_changed", "/dev/kfd")),
     ("group_gid_drift", ("group_gid_drift", "render")),
+    ("process_lost_group", ("process_lost_group", "pid 4242")),
     ("drm_device_added", ("drm_device_added", "simple-framebuffer@simple-framebuffer.0")),
     ("drm_device_removed", ("drm_device_removed", "ast@0000:63:00.0")),
     ("render_without_kfd", ("render_without_kfd", B)),
@@ -265,6 +277,9 @@ def test_scenario_starts_once_and_clears(scenario: str, key: tuple[str, str]) ->
     assert key not in active(fixed)
     cleared = [e for e in events3 if (e.kind, e.subject) == key]
     assert [e.event for e in cleared] == [EVENT_CONDITION_CLEARED]
+    # what it is now, not the start message again; that one is kept as ``was``
+    assert cleared[0].message != started[0].message and "now" in cleared[0].message, cleared[0].message
+    assert dict(cleared[0].fields) == {"was": started[0].message}
     was = next((c for c in fixed if c.key == key), None)
     assert was is None or was.since == T2 + 15
 
@@ -324,7 +339,13 @@ def test_condition_that_is_no_longer_evaluated_clears() -> None:
     # the baseline becomes unreadable: drift is no longer evaluated, so it must not stay active forever
     after, events = evaluate(moved, devices, None, conds, T2)
     assert ("render_renumbered", A) not in active(after)
-    assert [e.event for e in events if e.kind == "render_renumbered"] == [EVENT_CONDITION_CLEARED]
+    (cleared,) = [e for e in events if e.kind == "render_renumbered"]
+    assert cleared.event == EVENT_CONDITION_CLEARED
+    assert cleared.message == (
+        f"render_renumbered of {A} cleared: it is not evaluated now (its GPU or device node is gone, or no baseline)"
+    )
+    assert dict(cleared.fields)["was"] == next(c for c in conds if c.key == ("render_renumbered", A)).message
+    assert "now" not in dict(cleared.fields)  # the start's "now" (130) is not what it is now
 
 
 def test_group_rules_skipped_without_host_group_file() -> None:
@@ -358,3 +379,22 @@ def test_baseline_round_trips_through_json() -> None:
     b = replace(b, other_drm=(*b.other_drm, BaselineDrm(None, None, None)))
     assert from_json(to_json(b)) == b
     assert isinstance(b.gpus[0], BaselineGpu) and isinstance(b.nodes[0], BaselineNode)
+
+
+def test_a_process_that_lost_its_group_is_a_consequence_of_the_gid_change() -> None:
+    good_sysfs, good_devices = host()
+    baseline = make_baseline(good_sysfs, good_devices)
+    sysfs, devices = _scenario("process_lost_group")
+    conds, _ = evaluate(sysfs, devices, baseline, None, T1)
+    lost = [c for c in conds if c.active and c.kind == "process_lost_group"]
+    assert [c.subject for c in lost] == ["pid 4242"]  # the one with gid 110 and the root one are fine
+    assert lost[0].cause == ("group_gid_drift", "render")
+    details = dict(lost[0].details)
+    assert details["old_gid"] == "109" and details["gid"] == "110" and details["groups"] == "109"
+    root = next(c for c in conds if c.active and c.kind == "group_gid_drift")
+    assert "pid 4242 (python3, pod 0b7c6a3e-0000-4000-8000-000000000001)" in root.message
+    # the process exits: it is no longer evaluated, so it clears
+    gone = replace(devices, kfd_processes=())
+    later, events = evaluate(sysfs, gone, baseline, conds, T2)
+    assert not [c for c in later if c.active and c.kind == "process_lost_group"]
+    assert [e.subject for e in events if e.kind == "process_lost_group"] == ["pid 4242"]

@@ -129,6 +129,8 @@ READY = (
     'rocm_watchdog_source_up{source="processes"} 1.0',
     'rocm_watchdog_source_up{source="devices"} 1.0',
     'rocm_watchdog_source_up{source="kernel-log"} 1.0',
+    # the health verdict is unknown until every source it reads has run once
+    'rocm_watchdog_source_up{source="sysfs"} 1.0',
     # the processes source has run after a rocm-smi run: the capture's one KFD process is listed
     "rocm_processes 1.0",
 )
@@ -144,6 +146,13 @@ def test_serve_matches_golden_and_promtool(daemon: Daemon, update_golden: bool) 
     text = wait_ready(daemon)
     check_metrics(text)
     compare_golden("e2e.prom", text, update_golden)
+    # the verdict file node-problem-detector's plugin reads says what /metrics says (a bounded wait: it is written
+    # by its own thread when a source records)
+    verdict = daemon.root.state_dir / "gpu-health"
+    deadline = time.monotonic() + 30
+    while not (verdict.exists() and "\nnode unhealthy\n" in verdict.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "\ngpu 0000:1e:00.0 unhealthy ring_timeout\n" in verdict.read_text()
     landing = requests.get(daemon.url + "/", timeout=5)
     assert landing.status_code == 200 and "/metrics" in landing.text
     assert requests.get(daemon.url + "/healthz", timeout=5).text == "ok\n"

@@ -9,7 +9,9 @@ Four hosts break, each in its own way, while 46 stay healthy:
 - host-04: the exporter is SIGKILLed -> RocmWatchdogDown, named after the host by its last rocm_watchdog_host_info
 
 Each host must page (or ticket) exactly once for its problem, by name (``nodename``) and GPU (``pci_bus``) where one
-is involved, through the receiver its severity routes to; the healthy hosts must send nothing. Then the fixes
+is involved, through the receiver its severity routes to; the healthy hosts must send nothing. The first three
+hosts' GPUs are unusable, so the remediation receiver (automation, never a person) gets RocmNodeGpusUnhealthy for
+exactly those three. Then the fixes
 (``baseline accept`` on the first two, chmod back, the exporter restarted) must resolve every alert.
 """
 
@@ -29,6 +31,7 @@ FIRE_LIMIT_SECONDS = 60  # after the faults; with for: 3s it takes 6-7 s on a 2-
 RESOLVE_LIMIT_SECONDS = 60  # after the fixes; with keep_firing_for: 5s it takes 7-8 s
 SETTLE_SECONDS = 4  # after the expected alerts arrived: time for an unexpected one to arrive too
 ROUTE = {"critical": "pager", "warning": "tickets"}
+REMEDIATION = "remediation"  # the automation receiver: the health verdict's alert, never a person's
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def distinct(fleet: Fleet, status: str) -> dict[Labels, tuple[str, dict[str, Any
 def check_firing(fleet: Fleet, expected: list[Expected]) -> list[str]:
     """Every problem with what the receivers got firing, as messages; empty when it is all as expected."""
     problems: list[str] = []
-    firing = distinct(fleet, "firing")
+    firing = {k: v for k, v in distinct(fleet, "firing").items() if v[0] != REMEDIATION}
     for exp in expected:
         got = [(r, a) for r, a in firing.values() if a["labels"].get("instance") == exp.host.instance]
         names = sorted(a["labels"]["alertname"] for _, a in got)
@@ -96,6 +99,17 @@ def check_firing(fleet: Fleet, expected: list[Expected]) -> list[str]:
     return problems
 
 
+def check_remediation(fleet: Fleet, hosts: list[Host]) -> list[str]:
+    """The remediation hook got RocmNodeGpusUnhealthy firing for exactly ``hosts``, and nothing else."""
+    got = {
+        (a["labels"].get("instance"), a["labels"]["alertname"])
+        for r, a in distinct(fleet, "firing").values()
+        if r == REMEDIATION
+    }
+    want = {(h.instance, "RocmNodeGpusUnhealthy") for h in hosts}
+    return [f"remediation hook got {sorted(got)}, expected {sorted(want)}"] if got != want else []
+
+
 def test_fleet_pages_once_per_broken_host_and_resolves(fleet: Fleet) -> None:
     gid_host, missing_host, chmod_host, down_host = fleet.hosts[1:5]
     broken = [gid_host, missing_host, chmod_host, down_host]
@@ -117,9 +131,12 @@ def test_fleet_pages_once_per_broken_host_and_resolves(fleet: Fleet) -> None:
         Expected(down_host, "RocmWatchdogDown"),
     ]
 
+    # the GPUs of the first three are unusable (gid drift, a GPU gone, /dev/kfd's mode): the automation hears it
+    unhealthy = [gid_host, missing_host, chmod_host]
+
     def all_fired() -> bool:
         firing = [a for _, a in fleet.received() if a["status"] == "firing"]
-        return all(any(exp.matches(a) for a in firing) for exp in expected)
+        return all(any(exp.matches(a) for a in firing) for exp in expected) and not check_remediation(fleet, unhealthy)
 
     fired = wait_until(all_fired, FIRE_LIMIT_SECONDS, interval=0.5)
     timings["faults_to_pages"] = time.monotonic() - t
@@ -131,6 +148,7 @@ def test_fleet_pages_once_per_broken_host_and_resolves(fleet: Fleet) -> None:
         ]
         problems.append(f"not received firing within {FIRE_LIMIT_SECONDS}s: {missing}")
     problems += check_firing(fleet, expected)
+    problems += check_remediation(fleet, unhealthy)
     firing_report = fleet.diagnostics(broken) if problems else ""
 
     # The fixes: accept the intended changes, undo the chmod, bring the exporter back.
@@ -151,7 +169,7 @@ def test_fleet_pages_once_per_broken_host_and_resolves(fleet: Fleet) -> None:
         still = [dict(labels) for labels in set(distinct(fleet, "firing")) - set(distinct(fleet, "resolved"))]
         problems.append(f"never received as resolved within {RESOLVE_LIMIT_SECONDS}s: {still}")
     # Nothing new fired while fixing (a restart or an accept must not page).
-    problems += [p for p in check_firing(fleet, expected) if p not in problems]
+    problems += [p for p in check_firing(fleet, expected) + check_remediation(fleet, unhealthy) if p not in problems]
 
     print("fleet timings (s):", {k: round(v, 1) for k, v in timings.items()})
     if problems:

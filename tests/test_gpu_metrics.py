@@ -1583,3 +1583,39 @@ def test_cli_empty_file_is_not_a_capture(tmp_path: Path) -> None:
     lines = proc.stderr.decode().splitlines()
     assert len(lines) == 1 and "not a capture" in lines[0]
     assert _cli(str(tmp_path / "missing")).returncode == 2
+
+
+def test_cli_refuses_what_is_not_a_table(tmp_path: Path) -> None:
+    """``/bin/ls`` (header "76.70"), text with NUL bytes, a table cut short or with bytes after it: exit 1, one line."""
+    table = (FIXTURES / "mi100_arcturus_v1_3_a.bin").read_bytes()
+    text = tmp_path / "notes.txt"
+    text.write_bytes(b"_S\x00\x00some notes\x00\x00 with NUL bytes\n")
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(table[:-8])
+    longer = tmp_path / "longer.bin"
+    longer.write_bytes(table + b"\x00" * 8)
+    future = tmp_path / "v4.bin"
+    future.write_bytes(bytes([len(table) & 0xFF, len(table) >> 8, 4, 0]) + table[4:])
+    for path, what in (
+        (Path("/bin/ls"), "format revision 76.70 names no gpu_metrics family"),
+        (text, "names no gpu_metrics family"),
+        (cut, f"the header says {len(table)} bytes (format revision 1.3), the input has {len(table) - 8}"),
+        (longer, f"the input has {len(table) + 8}"),
+        (future, "format revision 4.0 names no gpu_metrics family"),
+    ):
+        proc = _cli(str(path))
+        assert proc.returncode == 1, (path, proc.stdout[:200])
+        assert proc.stdout == b""
+        lines = proc.stderr.decode().splitlines()
+        assert len(lines) == 1 and "not a capture" in lines[0] and what in lines[0], lines
+
+
+def test_cli_still_decodes_a_newer_revision_of_a_known_family(tmp_path: Path) -> None:
+    table = bytearray((FIXTURES / "mi100_arcturus_v1_3_a.bin").read_bytes())
+    table[2], table[3] = 2, 9  # a content revision newer than any known v2: decoded as v2.4, with its warning
+    path = tmp_path / "v2_9.bin"
+    path.write_bytes(bytes(table))
+    proc = _cli(str(path))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["format_revision"], out["content_revision"]) == (2, 9) and len(out["warnings"]) == 1

@@ -62,7 +62,8 @@ TABLE_SPECS = (
     names.GPU_XCC_VIOLATION,
     names.GPU_XGMI_WIDTH,
     names.GPU_XGMI_SPEED,
-    names.GPU_XGMI_UP,
+    names.GPU_XGMI_ACTIVE,
+    names.GPU_XGMI_INACTIVE,
     names.GPU_XGMI_READ,
     names.GPU_XGMI_WRITE,
     names.GPU_PCIE_BANDWIDTH,
@@ -148,9 +149,11 @@ def expected_node() -> dict[Sample, float]:
             out[key(names.GPU_THROTTLE_RESIDENCY, bus, reason=reason)] = _int(f[f"{reason}_residency_acc"])
         out[key(names.GPU_XGMI_WIDTH, bus)] = _int(f["xgmi_link_width"])  # lanes
         out[key(names.GPU_XGMI_SPEED, bus)] = _int(f["xgmi_link_speed"]) * 1e9 / 8  # Gbps
+        statuses = [status for status in _list(f["xgmi_link_status"]) if status != 2]  # 2: not available
+        out[key(names.GPU_XGMI_ACTIVE, bus)] = sum(statuses)
         for link, status in enumerate(_list(f["xgmi_link_status"])):
-            if status != 2:  # 2: not available
-                out[key(names.GPU_XGMI_UP, bus, link=str(link))] = status
+            if status == 0:
+                out[key(names.GPU_XGMI_INACTIVE, bus, link=str(link))] = 1
         for spec, name in ((names.GPU_XGMI_READ, "xgmi_read_data_acc"), (names.GPU_XGMI_WRITE, "xgmi_write_data_acc")):
             for link, kilobytes in enumerate(_list(f[name])):  # links 0-6 given, 7 left all ones
                 out[key(spec, bus, link=str(link))] = kilobytes * 1024
@@ -168,16 +171,23 @@ def expected_node() -> dict[Sample, float]:
             part = bdf(i, k)  # partition k is function k; partition 0 the PCI function itself
             busy = _list(xcp["gfx_busy_inst"])
             assert len(busy) == 8 // n
-            for xcc, percent in enumerate(busy):
-                out[key(names.GPU_XCC_BUSY, part, xcc=str(xcc))] = percent / 100
+            # a partition's only XCC is its rocm_gpu_busy_ratio, not a series of its own (the PCI function's busy
+            # ratio is its gpu_busy_percent: its XCCs keep theirs)
+            if len(busy) > 1 or k == 0:
+                for xcc, percent in enumerate(busy):
+                    out[key(names.GPU_XCC_BUSY, part, xcc=str(xcc))] = percent / 100
             jpeg = _list(xcp["jpeg_busy"])
             out[key(names.GPU_ENGINE_ACTIVITY, part, engine="vcn")] = _list(xcp["vcn_busy"])[0] / 100
             out[key(names.GPU_ENGINE_ACTIVITY, part, engine="jpeg")] = sum(jpeg) / len(jpeg) / 100
-            for counter in ("gfx_below_host_limit_ppt", "gfx_below_host_limit_thm", "gfx_below_host_limit_total"):
-                out[key(names.GPU_XCC_VIOLATION, part, counter=counter)] = sum(_list(xcp[f"{counter}_acc"]))
-            out[key(names.GPU_XCC_VIOLATION, part, counter="gfx_low_utilization")] = sum(
-                _list(xcp["gfx_low_utilization_acc"])
-            )
+            # violation ticks per physical GPU, summed over the XCCs of all its partitions
+            for counter in (
+                "gfx_below_host_limit_ppt",
+                "gfx_below_host_limit_thm",
+                "gfx_below_host_limit_total",
+                "gfx_low_utilization",
+            ):
+                sample = key(names.GPU_XCC_VIOLATION, bus, counter=counter)
+                out[sample] = out.get(sample, 0) + sum(_list(xcp[f"{counter}_acc"]))
     return out
 
 
@@ -245,8 +255,9 @@ def test_once_on_the_node_exports_every_reading_per_gpu_and_partition(tmp_path: 
     assert samples(text, FILLED_SPECS) == pytest.approx(expected_node_filled(), rel=1e-12)
     # spot checks in the exposition's own spelling, by hand from mi300x_metrics_fields
     assert 'rocm_gpu_energy_joules_total{pci_bus="0000:05:00.0"} 74565.4044342041' in text  # 0x123456789 / 2^16
-    assert 'rocm_gpu_xcc_busy_ratio{pci_bus="0000:05:00.3",xcc="0"} 0.03' in text  # CPX: one XCC per partition
-    assert 'rocm_gpu_xgmi_link_up{link="6",pci_bus="0000:15:00.0"} 0.0' in text
+    assert 'rocm_gpu_busy_ratio{pci_bus="0000:05:00.3"} 0.03' in text  # CPX: one XCC per partition, its busy
+    assert 'rocm_gpu_xcc_busy_ratio{pci_bus="0000:05:00.3"' not in text  # ... and no series again per XCC
+    assert 'rocm_gpu_xgmi_link_inactive{link="6",pci_bus="0000:15:00.0"} 1.0' in text
     assert 'rocm_gpu_xgmi_read_bytes_total{link="7"' not in text  # not available: no series, not 0
     assert "rocm_gpu_throttled{" not in text and "rocm_gpu_throttle_active{" not in text
     assert 'engine="mm"' not in text  # v1.8 has no average_mm_activity
@@ -257,13 +268,20 @@ def test_once_on_the_node_exports_every_reading_per_gpu_and_partition(tmp_path: 
     per_bus: dict[str, int] = {}
     for _, labels in samples(text, TABLE_SPECS):
         per_bus[dict(labels)["pci_bus"]] = per_bus.get(dict(labels)["pci_bus"], 0) + 1
-    # SPX GPU: 1 accumulation + 5 residency + 2 XGMI gauges + 3 x 7 XGMI link series + 6 PCIe + 1 energy,
-    # and its one XCP: 8 XCC busy + 2 engines + 4 violation counters
-    assert per_bus[bdf(3)] == 1 + 5 + 2 + 21 + 6 + 1 + 8 + 2 + 4 == 50
-    assert per_bus[bdf(0)] == 36 + 1 + 2 + 4  # CPX: the PCI function is partition 0, with 1 XCC
-    assert per_bus[bdf(0, 5)] == 1 + 2 + 4  # a CPX partition: 1 XCC
-    assert per_bus[bdf(1, 1)] == 4 + 2 + 4  # a DPX partition: 4 XCCs
-    assert sum(per_bus.values()) == 8 * 36 + 16 * (2 + 4) + 8 * 8  # per GPU, per XCP (8 + 2 + 6), per XCC
+
+    def inactive(i: int) -> int:
+        return _list(mi300x_metrics_fields(i, MI300X_PARTITIONS[MODES[i]])["xgmi_link_status"]).count(0)
+
+    # SPX GPU: 1 accumulation + 5 residency + 2 XGMI gauges + 1 active-link count + its inactive links + 2 x 7 XGMI
+    # traffic series + 6 PCIe + 1 energy, its one XCP's 8 XCC busy + 2 engines, and 4 violation counters
+    per_gpu = 1 + 5 + 2 + 1 + 14 + 6 + 1 + 4
+    assert per_bus[bdf(3)] == per_gpu + inactive(3) + 8 + 2 == 44 + inactive(3)
+    assert per_bus[bdf(0)] == per_gpu + inactive(0) + 1 + 2  # CPX: the PCI function is partition 0, with 1 XCC
+    assert per_bus[bdf(0, 5)] == 2  # a CPX partition: its 2 engines (its one XCC is its busy ratio)
+    assert per_bus[bdf(1, 1)] == 4 + 2  # a DPX partition: 4 XCCs, 2 engines
+    partitions = sum(MI300X_PARTITIONS[mode] - 1 for mode in MODES)
+    xccs = sum(8 for mode in MODES if MI300X_PARTITIONS[mode] == 1) + 1 + 4 + 4  # SPX GPUs, CPX's function, DPX
+    assert sum(per_bus.values()) == sum(per_gpu + inactive(i) for i in range(8)) + xccs + 2 * (8 + partitions)
 
 
 # ---- a Radeon and an MI100 -------------------------------------------------------------------------------
@@ -384,7 +402,7 @@ def test_a_bad_table_is_one_warning_a_counted_error_and_no_crash(tmp_path: Path,
         assert f'rocm_gpu_energy_joules_total{{pci_bus="{MI300X}"}}' in text
     elif case != "future":
         assert gpu.gpu_metrics is None
-        assert "rocm_gpu_energy_joules_total{" not in text and "rocm_gpu_xgmi_link_up{" not in text
+        assert "rocm_gpu_energy_joules_total{" not in text and "rocm_gpu_xgmi_links_active{" not in text
 
 
 def test_a_changed_revision_is_logged_again(tmp_path: Path) -> None:

@@ -266,6 +266,14 @@ def run_in_image(image: Image, argv: list[str], timeout: float = 120) -> subproc
     )
 
 
+def test_the_image_installs_the_kubernetes_extra(image: Image) -> None:
+    """Pod attribution works in the image: the build step is given the kubernetes extra and grpcio is there."""
+    (run,) = builder().all("RUN")
+    assert json.loads(run)[-1] == "kubernetes"
+    proc = run_in_image(image, [str(image.venv / "bin" / "python"), "-c", "import grpc; print(grpc.__version__)"])
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+
+
 def test_version(image: Image) -> None:
     proc = run_in_image(image, ["rocm-watchdog", "--version"])
     lines = proc.stdout.splitlines()

@@ -16,7 +16,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import Config
 from exporter.metrics.kernel import kernel_families
-from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
+from exporter.model.kernel import KERNEL_CLASSES, ZERO_INITIALISED_CLASSES, KernelLogState
 from exporter.sources import SourceError, kernel_log, logread
 from exporter.sources.kernel_log import CURSOR_FILE, KernelLogSource, gpu_ports
 from exporter.sources.logread import FdReader, StreamReader
@@ -400,11 +400,14 @@ def test_kernel_families_zero_initialised() -> None:
     ]
     samples = _samples(families)
     # "unknown" too: an event no GPU could be attributed to moves a counter that was already 0
+    # the classes an alert reads with increase() from 0; the others only once counted (A's pcie_aer)
     for bus in (A, B, "unknown"):
         for cls in KERNEL_CLASSES:
-            assert ("rocm_kernel_events_total", (bus, cls)) in samples
+            served = ("rocm_kernel_events_total", (bus, cls)) in samples
+            assert served == (cls in ZERO_INITIALISED_CLASSES or (bus, cls) in state.counts), (bus, cls)
         for sev in ("corrected", "uncorrected_nonfatal", "uncorrected_fatal"):
             assert ("rocm_kernel_pcie_aer_errors_total", (bus, sev)) in samples
+    assert samples[("rocm_kernel_events_total", (A, "pcie_aer"))] == 2
     assert samples[("rocm_kernel_events_total", (A, "vm_fault"))] == 3
     assert samples[("rocm_kernel_events_total", (B, "vm_fault"))] == 0
     assert samples[("rocm_kernel_events_total", ("unknown", "vram_lost"))] == 0
@@ -421,7 +424,11 @@ def test_event_timestamps_come_from_the_kernel_clock(host: Host, fifo: Fifo) -> 
     src.collect()
     fifo.write(kmsg(0, f"amdgpu {A}: amdgpu: GPU reset begin!", 6, mono=450.0, device=A))
     state = src.collect()
-    assert state.last_event_seconds[(A, "gpu_reset_begin")] == 1_800_000_000.0  # a FIFO has no kernel clock
+    # the kmsg-relay's records carry this node's kernel clock: 50 s before now
+    assert state.last_event_seconds[(A, "gpu_reset_begin")] == 1_800_000_000.0 - 50.0
+    # a record later than our clock is from no clock of ours: the time it was read
+    fifo.write(kmsg(1, f"amdgpu {B}: amdgpu: GPU reset begin!", 6, mono=900.0, device=B))
+    assert src.collect().last_event_seconds[(B, "gpu_reset_begin")] == 1_800_000_000.0
     src.close()
 
 
@@ -476,6 +483,8 @@ def test_an_unwritable_state_dir_keeps_counting_and_says_so(host: Host, fifo: Fi
     assert counts(second) == {(A, "gpu_reset_begin"): 2}  # counting goes on from memory
     assert first.cursor_unsaved and second.cursor_unsaved
     assert [e["event"] for e in logs].count("state_write_failed") == 1  # said once, not every interval
+    (failed,) = [e for e in logs if e["event"] == "state_write_failed"]
+    assert "--state.dir" in failed["action"]  # what to do, as the other two state files say
     state_dir.unlink()
     state_dir.mkdir()
     with structlog.testing.capture_logs() as logs:

@@ -26,6 +26,7 @@ from exporter.metrics.collector import RocmCollector, make_registry
 from exporter.metrics.exposition import Exposition
 from exporter.metrics.groups import (
     CORE,
+    DEFAULT_OFF,
     GROUPS,
     SWITCHABLE,
     disabled_groups,
@@ -35,7 +36,7 @@ from exporter.metrics.groups import (
     selectors,
 )
 from exporter.metrics.reference import alerts_by_group
-from exporter.model.kernel import KERNEL_CLASSES, KernelLogState
+from exporter.model.kernel import ZERO_INITIALISED_CLASSES, KernelLogState
 from exporter.model.processes import DeviceAllocation, PodResourcesSnapshot, ProcessGpu, ProcessInfo, ProcessSnapshot
 from exporter.sources.devices import DevicesSource
 from exporter.sources.sysfs import read_sysfs
@@ -83,6 +84,10 @@ def test_self_health_and_the_conditions_the_alerts_need_are_core() -> None:
         "rocm_baseline_timestamp_seconds",
         "rocm_gpu_sysfs_readable",
         "rocm_gpu_sysfs_read_errors_total",
+        # the health verdict: what remediation, node-problem-detector and its alerts read
+        "rocm_gpu_health",
+        "rocm_gpu_health_reason",
+        "rocm_node_gpus_unhealthy",
     }
     assert CORE not in SWITCHABLE and not GROUPS[CORE].switchable
 
@@ -141,15 +146,27 @@ def test_every_watchdog_condition_alert_reads_core_only() -> None:
 
 def test_selectors_are_groups_and_their_prefixes() -> None:
     assert set(selectors()) == set(SWITCHABLE) | {"gpu"}
-    assert expand("gpu") == tuple(g for g in SWITCHABLE if g.startswith("gpu."))
+    # a prefix names the groups under it but those off by default, unless it opts in (--metrics.enable)
+    assert expand("gpu") == tuple(g for g in SWITCHABLE if g.startswith("gpu.") and g not in DEFAULT_OFF)
+    assert expand("gpu", opt_in=True) == tuple(g for g in SWITCHABLE if g.startswith("gpu."))
+    assert expand("gpu.topology") == ("gpu.topology",)
+    assert expand("gpu.topology.pairs") == ("gpu.topology.pairs",)
     assert expand("processes") == ("processes", "processes.gpu")
     assert expand("processes.gpu") == ("processes.gpu",)
     assert expand(CORE) == ()
 
 
 def test_disable_and_enable_only() -> None:
-    assert disabled_groups() == frozenset()
-    assert disabled_groups(["gpu.clocks", "processes"]) == {"gpu.clocks", "processes", "processes.gpu"}
+    assert {"gpu.topology.pairs"} == DEFAULT_OFF
+    assert disabled_groups() == DEFAULT_OFF == Config().metric_groups_disabled
+    assert disabled_groups(enable=["gpu.topology.pairs"]) == frozenset()
+    assert disabled_groups(["gpu.clocks", "processes"]) == {
+        "gpu.clocks",
+        "processes",
+        "processes.gpu",
+        "gpu.topology.pairs",
+    }
+    assert disabled_groups(["gpu.topology"], enable=["gpu.topology.pairs"]) == {"gpu.topology"}
     # enable-only keeps the groups the alerts read...
     assert disabled_groups(enable_only=["gpu.power"]) == set(SWITCHABLE) - {"gpu.power", "gpu.ras", "kernel"}
     assert disabled_groups(enable_only=[]) == set(SWITCHABLE) - {"gpu.ras", "kernel"}
@@ -177,10 +194,15 @@ def problems(*argv: str, command: str = "once") -> list[str]:
 
 
 def test_flags_for_serve_and_once() -> None:
-    assert config().metric_groups_disabled == frozenset()
-    assert config("--metrics.disable=gpu.clocks,gpu.voltage").metric_groups_disabled == {"gpu.clocks", "gpu.voltage"}
+    assert config().metric_groups_disabled == DEFAULT_OFF
+    assert config("--metrics.enable=gpu.topology.pairs").metric_groups_disabled == frozenset()
+    assert config("--metrics.disable=gpu.clocks,gpu.voltage").metric_groups_disabled == {
+        "gpu.clocks",
+        "gpu.voltage",
+        *DEFAULT_OFF,
+    }
     repeated = config("--metrics.disable", "gpu", "--metrics.disable", "processes", command="serve")
-    assert repeated.metric_groups_disabled == {*expand("gpu"), "processes", "processes.gpu"}
+    assert repeated.metric_groups_disabled == {*expand("gpu"), "processes", "processes.gpu", *DEFAULT_OFF}
     only = config("--metrics.enable-only=gpu.memory, gpu.power")
     assert only.metric_groups_disabled == set(SWITCHABLE) - {"gpu.memory", "gpu.power", "gpu.ras", "kernel"}
     both = config("--metrics.enable-only=gpu.memory", "--metrics.disable=kernel")
@@ -219,7 +241,7 @@ def test_config_file_keys(tmp_path: Path) -> None:
 
 def test_only_serve_and_once_take_them(tmp_path: Path) -> None:
     args, found = parse_command_line(["check", "--metrics.disable=gpu"])
-    assert found == ["--metrics.disable: not a flag of check; it applies to once and serve"]
+    assert found == ["--metrics.disable: not a flag of check; it applies to capture, once and serve"]
     f = tmp_path / "shared.yml"
     f.write_text("metrics.disable: gpu.clocks\n")
     args, found = parse_command_line(["check", f"--config.file={f}"])
@@ -284,7 +306,7 @@ def group_of_family(name: str) -> str:
 def test_the_full_store_feeds_the_groups_a_host_has(root: FakeRoot) -> None:
     present = {group_of_family(name) for name, samples in families(exposition(full_store(root))).items() if samples}
     # topology comes from the tools, voltages from hwmon rails an MI300X lacks, the rest from gpu_metrics
-    assert present == set(GROUPS) - {"gpu.topology", "gpu.voltage", "gpu.xgmi", "gpu.throttle"}
+    assert present == set(GROUPS) - {"gpu.topology", "gpu.topology.pairs", "gpu.voltage", "gpu.xgmi", "gpu.throttle"}
 
 
 @pytest.mark.parametrize("group", SWITCHABLE)
@@ -321,7 +343,7 @@ def test_disabled_groups_are_never_built(root: FakeRoot, monkeypatch: pytest.Mon
         monkeypatch.setattr(collector_module, builder, boom)
     config = Config(metric_groups_disabled=frozenset({"kernel", "processes", "processes.gpu", "attribution", "gpu"}))
     collector = RocmCollector(full_store(root), config, lambda: NOW)
-    assert [s.name for s in collector.sections()] == ["gpus", "devices", "state-files", "health"]
+    assert [s.name for s in collector.sections()] == ["gpus", "devices", "health-verdict", "state-files", "health"]
     built = {f.name for f in collector.collect()}
     assert not built & hidden_family_names(config.metric_groups_disabled)
     assert {"rocm_gpu_sysfs_readable", "rocm_device_condition", "rocm_watchdog_source_up"} <= built
@@ -332,7 +354,8 @@ def test_enable_only_keeps_the_zero_initialised_counters_the_alerts_need(root: F
     zero = ("rocm_kernel_events_total", (("class", "ring_timeout"), ("pci_bus", BUS)), 0.0)
     only = families(exposition(store, config("--metrics.enable-only=gpu.memory").metric_groups_disabled))
     assert zero in only["rocm_kernel_events"]
-    assert len(only["rocm_kernel_events"]) == 2 * len(KERNEL_CLASSES)  # the GPU and "unknown", every class
+    # the GPU and "unknown", every class an alert reads with increase()
+    assert len(only["rocm_kernel_events"]) == 2 * len(ZERO_INITIALISED_CLASSES)
     assert "rocm_gpu_ras_uncorrectable_errors" in only and "rocm_gpu_vram_used_bytes" in only
     assert "rocm_gpu_info" not in only and "rocm_device_node_info" not in only
     # every gpu.* group off: the counters still start at zero for each GPU the inventory knows

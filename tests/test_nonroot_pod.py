@@ -33,7 +33,6 @@ import socket
 import stat
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from containers import CONTAINER_DEVICES, DEVICES_CGROUP, DeviceCgroup, checkout_open_to_others, interpreter
 from fakeroot import FakeGpu, FakeRoot, build_root
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -54,15 +54,6 @@ POD_UID = 10001
 GPU = "0000:03:00.0"
 CAP_SYSLOG = 34
 NO_CAPS = "0" * 16
-
-# The devices an unprivileged container may open: the allow-list runc and containerd give by default (null, zero,
-# full, random, urandom, tty, console, ptmx, pts, tun; mknod of any). /dev/kmsg (c 1:11) is not on it: mounting
-# the host's /dev/kmsg into a container does not make it openable. A privileged container gets "a *:* rwm".
-DEVICES_CGROUP = Path("/sys/fs/cgroup/devices")
-CONTAINER_DEVICES = (
-    *("c *:* m", "b *:* m", "c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm"),
-    *("c 5:0 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm", "c 10:200 rwm"),
-)
 
 
 def _dmesg_restricted() -> bool:
@@ -126,56 +117,17 @@ RELAY_LEAST_CAPS = "-all,+syslog"
 PREPARE_CAPS = "-all,+chown,+fowner"
 
 
-def _reachable_by_others(path: str) -> bool:
-    real = Path(os.path.realpath(path))
-    return all(os.stat(p).st_mode & stat.S_IXOTH for p in (real, *real.parents))
-
-
-def _interpreter() -> tuple[list[str], dict[str, str]]:
-    """An interpreter uid 10001 can run, with this project and its dependencies on its path: this one when others
-    can reach it, else the system's Python of the same version (a pyenv under /root is closed to others)."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
-    python = next((c for c in candidates if os.path.exists(c) and _reachable_by_others(c)), None)
-    if python is None:
-        pytest.skip(f"no Python {version} that uid {POD_UID} may run")
-    paths = dict.fromkeys([str(PROJECT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": os.pathsep.join(paths),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-    }
-    return [python, "-s", "-m", "exporter"], env
-
-
 @pytest.fixture(scope="module")
 def rocm_watchdog() -> Iterator[tuple[list[str], dict[str, str]]]:
-    """``rocm-watchdog`` as a pod runs it: checked once to work as uid 10001 at all. A checkout in a private
-    directory (``mktemp -d`` is 0700, as CI's clone may be) is opened for traversal while the tests run: the files
-    are world-readable already, only the closed directories stop uid 10001."""
-    argv, env = _interpreter()
-    opened: list[tuple[Path, int]] = []
-    for top in (PROJECT, Path(sysconfig.get_paths()["purelib"])):
-        real = Path(os.path.realpath(top))
-        for directory in (real, *real.parents):
-            # the import path itself must be listable (Python's finder reads the directory), its ancestors passable
-            need = stat.S_IXOTH | (stat.S_IROTH if directory == real else 0)
-            mode = stat.S_IMODE(os.stat(directory).st_mode)
-            if mode & need != need and directory not in {d for d, _ in opened}:
-                opened.append((directory, mode))
-                os.chmod(directory, mode | need)
-    try:
+    """``rocm-watchdog`` as a pod runs it: checked once to work as uid 10001 at all (tests/containers.py)."""
+    argv, env = interpreter(POD_UID)
+    with checkout_open_to_others():
         probe = subprocess.run(
             [*exporter_priv(), *argv, "--version"], env=env, capture_output=True, text=True, timeout=60, check=False
         )
         if probe.returncode != 0:
             pytest.fail(f"uid {POD_UID} cannot run the exporter from this checkout: {probe.stderr.strip()[-300:]}")
         yield argv, env
-    finally:
-        for directory, mode in reversed(opened):
-            os.chmod(directory, mode)
 
 
 class Proc:
@@ -234,14 +186,11 @@ class Pod:
         self.tmp = tmp
         self.argv, self.env = rocm_watchdog
         self.procs: list[Proc] = []
+        self.devices: DeviceCgroup | None = None
         self.cgroup: Path | None = None
         if (DEVICES_CGROUP / "devices.allow").exists():
-            cgroup = DEVICES_CGROUP / f"rocm-watchdog-test-{os.getpid()}-{secrets.token_hex(4)}"
-            cgroup.mkdir()
-            self.cgroup = cgroup
-            (cgroup / "devices.deny").write_text("a")
-            for rule in CONTAINER_DEVICES:
-                (cgroup / "devices.allow").write_text(rule)
+            self.devices = DeviceCgroup(CONTAINER_DEVICES)
+            self.cgroup = self.devices.path
 
     def start(self, name: str, priv: list[str], args: list[str], privileged: bool = False) -> Proc:
         proc = Proc([*priv, *self.argv, *args], self.env, self.tmp / f"{name}.log", None if privileged else self.cgroup)
@@ -261,15 +210,8 @@ class Pod:
     def close(self) -> None:
         for proc in self.procs:
             proc.stop()
-        if self.cgroup is not None:
-            for _ in range(50):  # bounded: the cgroup empties as soon as its (reaped) processes are gone
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY:
-                        raise
-                    time.sleep(0.1)
+        if self.devices is not None:
+            self.devices.close()
 
 
 @pytest.fixture
@@ -605,11 +547,14 @@ def test_prepare_state_gives_the_host_path_dir_to_the_exporter(pod: Pod, host: F
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (POD_UID, POD_UID, 0o700)
 
     exporter = start_exporter(pod, host, kern_log, "exporter-2")
-    exporter.wait_value(unsaved, 0.0, file="baseline.json")
-    exporter.wait_value(unsaved, 0.0, file=CURSOR_FILE)
+    wait_until("the baseline and the cursor saved", lambda: {"baseline.json", CURSOR_FILE} <= set(os.listdir(state)))
+    exporter.wait_value("rocm_kernel_events_total", 1.0, pci_bus=GPU, **{"class": "gpu_reset_begin"})
+    # served only while 1: saved files have no unsaved series
+    assert exporter.value(unsaved, file="baseline.json") is None and exporter.value(unsaved, file=CURSOR_FILE) is None
     assert exporter.value("rocm_kernel_events_total", pci_bus=GPU, **{"class": "gpu_reset_begin"}) == 1.0
     assert exporter.proc.stop() == 0
-    assert sorted(os.listdir(state)) == ["baseline.json", CURSOR_FILE]
+    # the baseline, the cursor and the GPU verdict for node-problem-detector (exporter/sinks/health_file.py)
+    assert sorted(os.listdir(state)) == ["baseline.json", "gpu-health", CURSOR_FILE]
     assert {(state / n).stat().st_uid for n in os.listdir(state)} == {POD_UID}
 
     # Again on the next pod start (the dir now closed to root without CAP_DAC_OVERRIDE): nothing changes, and

@@ -100,7 +100,15 @@ def test_every_capture_parses_with_invariants(path: Path) -> None:
         return
     assert report.gpus, "every amd-smi output names at least one GPU"
     # Tool messages are kept verbatim; nothing else in these files is unplaceable (but a name amd-smi cut).
-    assert all(w.startswith(("WARNING:", "Fail to open", "'CTRL' + 'C'")) or "name cut" in w for w in report.warnings)
+    # Real captures from public threads and the CHANGELOG add the tool's DEBUG lines, the editor's "..." elision and
+    # the rows amd-smi printed without a GPU_ID (tests/test_amd_smi_layouts.py checks each of them in full).
+    assert all(
+        w.startswith(("WARNING:", "Fail to open", "'CTRL' + 'C'", "DEBUG:"))
+        or "name cut" in w
+        or w.endswith("cannot place: ...")
+        or "numbered by position" in w
+        for w in report.warnings
+    )
 
 
 @pytest.mark.parametrize("path", SHARED_CAPTURES + SYNTHETIC, ids=lambda p: p.name)

@@ -113,7 +113,11 @@ def test_json_values_match_the_raw_keys(path: Path) -> None:
         return None if value in (None, "N/A") else int(value)
 
     for g in report.gpus:
-        card = cards[g.index]
+        # keys as any release printed them: older rocm-smi wrote "vram Total Memory (B)" (microsoft/pai's capture)
+        lower = {k.lower(): v for k, v in cards[g.index].items()}
+        keys = ["PCI Bus", "VRAM Total Memory (B)", "VRAM Total Used Memory (B)"]
+        keys += ["(Topology) Numa Node", "(Topology) Numa Affinity"]
+        card = {k: lower[k.lower()] for k in keys if k.lower() in lower}
         assert g.pci_bus == card["PCI Bus"].lower()
         assert g.vram_total_bytes == number(card.get("VRAM Total Memory (B)"))
         assert g.vram_used_bytes == number(card.get("VRAM Total Used Memory (B)"))
@@ -121,7 +125,7 @@ def test_json_values_match_the_raw_keys(path: Path) -> None:
         affinity = number(card.get("(Topology) Numa Affinity"))
         assert g.numa_affinity == (-1 if affinity == 4294967295 else affinity)
     system = raw.get("system", {})
-    pids = sorted(int(k[3:]) for k in system if k.startswith("PID"))
+    pids = sorted(int(k[3:]) for k in system if re.fullmatch(r"PID\d+", k))  # not "PIDs for KFD processes"
     assert sorted(p.pid for p in report.processes) == pids
     weights = {k for k in system if k.startswith("(Topology) Weight between")}
     assert len(report.links) == len(weights)

@@ -235,8 +235,26 @@ def test_without_grpcio_the_source_fails_and_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError
-    with pytest.raises(SourceError, match=r"rocm-watchdog\[kubernetes\]"):
+    with pytest.raises(SourceError) as failed:
         source_for(tmp_path / "kubelet.sock").collect()
+    # Where this exporter is installed and what to run there: no package of the project's name is published.
+    message = str(failed.value)
+    assert f"not installed in {sys.prefix}" in message, message
+    assert f"{sys.executable} -m pip install 'grpcio>=1.60'" in message and "rocm-watchdog[" not in message
+
+
+def test_the_grpcio_hint_asks_for_what_the_kubernetes_extra_requires() -> None:
+    import tomllib
+
+    from exporter.sources.podresources import GRPCIO_REQUIREMENT, grpcio_hint
+
+    extra = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert extra["optional-dependencies"]["kubernetes"] == [GRPCIO_REQUIREMENT]
+    hint = grpcio_hint("/opt/rocm-watchdog/bin/python", "/opt/rocm-watchdog")
+    assert hint.endswith(
+        "install it there with /opt/rocm-watchdog/bin/python -m pip install 'grpcio>=1.60' "
+        "(the kubernetes extra; the image has it)"
+    )
 
 
 def test_the_source_is_opt_in() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 from msgspec.structs import replace
 
@@ -13,7 +14,7 @@ from exporter.inventory import tool_processes
 from exporter.metrics.gpu import process_families
 from exporter.model.processes import ProcessInfo
 from exporter.model.smi import SmiProcess, SmiReport
-from exporter.parsers.host import parse_cgroup
+from exporter.parsers.host import parse_boot_time, parse_cgroup, parse_stat_start_ticks
 from exporter.sources import SourceError
 from exporter.sources.processes import ProcessesSource
 
@@ -128,3 +129,22 @@ def test_two_tools_listing_one_process_do_not_double_its_vram() -> None:
         processes=(SmiProcess(42, "python3", vram_used_bytes=2 * gib), SmiProcess(7, "other", vram_used_bytes=None)),
     )
     assert tool_processes([amd, rocm]) == {42: ("python3", 2 * gib), 7: ("other", None)}
+
+
+def test_start_time_from_stat_and_btime(tmp_path: Path) -> None:
+    """The health verdict compares it with a renumbering: btime + starttime / CLK_TCK, what psutil says too."""
+    config = replace(fake_host(tmp_path), procfs=Path("/proc"))
+    snapshot = ProcessesSource(
+        config, lambda: [SmiReport("rocm-smi", "json", processes=(SmiProcess(os.getpid()),))]
+    ).collect()
+    me = next(p for p in snapshot.processes if p.pid == os.getpid())
+    assert me.start_time is not None and abs(me.start_time - psutil.Process().create_time()) < 1.0
+    # a fake procfs: a command name with spaces and parentheses, and a host that booted at 1700000000
+    config = fake_host(tmp_path / "fake")
+    fields = ["S", *["0"] * 18, "250", *["0"] * 30]  # fields 3..52: starttime (22) is 250 ticks after boot
+    (config.procfs / "4242" / "stat").write_text(f"4242 (py (odd) name) {' '.join(fields)}\n")
+    (config.procfs / "stat").write_text("cpu  1 2 3\nbtime 1700000000\n")
+    [p] = ProcessesSource(config, lambda: []).collect().processes
+    assert p.start_time == 1700000000 + 250 / os.sysconf("SC_CLK_TCK")
+    assert parse_stat_start_ticks("garbage") is None and parse_stat_start_ticks("1 (a) S 0") is None
+    assert parse_boot_time("cpu 1\n") is None

@@ -50,9 +50,14 @@ def registry(state: DeviceWatchState) -> CollectorRegistry:
 
 
 def flags(state: DeviceWatchState, file: str) -> dict[str, float | None]:
-    """The three state-file series of ``file`` and drift_evaluated, as scraped."""
+    """The three state-file series of ``file`` and drift_evaluated, as scraped; a state-file series is served only
+    while 1 (never a 0), so an absent one reads 0 here."""
     reg = registry(state)
-    out = {m: reg.get_sample_value(f"rocm_watchdog_state_file_{m}", {"file": file}) for m in STATE_METRICS}
+    out: dict[str, float | None] = {}
+    for m in STATE_METRICS:
+        value = reg.get_sample_value(f"rocm_watchdog_state_file_{m}", {"file": file})
+        assert value != 0.0, f"rocm_watchdog_state_file_{m} served at 0"
+        out[m] = 0.0 if value is None else value
     out["drift_evaluated"] = reg.get_sample_value("rocm_watchdog_drift_evaluated")
     return out
 

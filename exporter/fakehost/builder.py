@@ -198,6 +198,7 @@ class FakeGpu:
     hwmon_files: dict[str, str] = field(default_factory=dict)
     # The binary ``gpu_metrics`` table of the PCI function (``gpu_metrics_file``, or a real capture); None: no file.
     gpu_metrics: bytes | None = None
+    gfx_target_version: int = 90010  # KFD's gfx_target_version of generated properties (90010: gfx90a, MI210)
 
 
 @dataclass
@@ -267,6 +268,15 @@ class FakeRoot:
     # False: no character devices under dev/ (mknod needs CAP_MKNOD in the initial user namespace, which a user
     # does not have): dev/dri is there, empty, as in a container given no --device
     device_nodes: bool = True
+    # node name ("kfd", "renderD128") -> the major:minor sysfs and /dev give it instead of the driver's: numbers
+    # with a driver on the machine the tests run on (1:3, /dev/null's), so that the kernel opens the node
+    devs: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def dev_of(self, name: str, major: int, minor: int) -> tuple[int, int]:
+        return self.devs.get(name, (major, minor))
+
+    # sys/module/amdgpu/version: what an amdgpu-dkms build writes ("6.12.12"); None: the in-tree driver (no file)
+    driver_version: str | None = None
 
     @property
     def sys(self) -> Path:
@@ -293,13 +303,16 @@ class FakeRoot:
         return self.proc / "sys" / "kernel" / "random" / "boot_id"
 
     def config(self, **overrides: object) -> Config:
-        """A Config pointing every host path into this root."""
+        """A Config pointing every host path into this root. ``check`` does not ask the kernel (``check_probe``
+        off): the fake nodes' numbers (510:0, 226:N) have no driver here, so every open would say ENXIO. A test of
+        the probe turns it on, on nodes the kernel can open (``devs``)."""
         kw: dict[str, object] = {
             "rootfs": self.root,
             "sysfs": self.sys,
             "devfs": self.dev,
             "procfs": self.proc,
             "state_dir": self.state_dir,
+            "check_probe": False,
         }
         kw.update(overrides)
         return Config(**kw)  # type: ignore[arg-type]
@@ -473,6 +486,28 @@ class FakeRoot:
     def remove_node(self, path: str) -> None:
         (self.dev / path).unlink()
 
+    def write_file(self, path: str, text: str) -> Path:
+        """A file of the root outside sys and dev, by its host path: ``/etc/udev/rules.d/70-kfd.rules``,
+        ``/opt/rocm/.info/version``. Kept across rebuilds."""
+        target = self.root / path.lstrip("/")
+        _write(target, text)
+        return target
+
+    def mask(self, path: str) -> None:
+        """Replace a file of the root by a symlink to /dev/null (how udev rules and systemd units are masked)."""
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        os.symlink("/dev/null", target)
+
+    def add_kfd_process(self, pid: int, vram: dict[int, int] | None = None) -> None:
+        """KFD's ``class/kfd/kfd/proc/<pid>`` with a ``vram_<gpu_id>`` file per GPU (gone at the next rebuild)."""
+        d = self.sys / "class" / "kfd" / "kfd" / "proc" / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        for gpu_id, used in (vram or {}).items():
+            _write(d / f"vram_{gpu_id}", f"{used}\n")
+
 
 # ---- building -------------------------------------------------------------------------------------------
 
@@ -495,9 +530,11 @@ def build_root(
     kfd_system_properties: str | None = None,
     name: str = "root",
     device_nodes: bool = True,
+    devs: dict[str, tuple[int, int]] | None = None,
 ) -> FakeRoot:
     """Build a fake root at ``tmp_path/name``. ``modes``/``groups`` are per node kind (card, render, kfd);
-    ``gids`` maps host group names to gids for etc/group (``group_file`` replaces it verbatim)."""
+    ``gids`` maps host group names to gids for etc/group (``group_file`` replaces it verbatim); ``devs`` gives
+    nodes other numbers (``{"kfd": (1, 3)}``: /dev/null's, which the kernel opens)."""
     root = FakeRoot(
         root=tmp_path / name,
         gpus=list(gpus),
@@ -512,6 +549,7 @@ def build_root(
         kfd_generation_id=kfd_generation_id,
         legacy_drm=legacy_drm,
         device_nodes=device_nodes,
+        devs=dict(devs or {}),
     )
     if kfd_system_properties is not None:
         root.kfd_system_properties = kfd_system_properties
@@ -629,12 +667,14 @@ def _drm_minor(root: FakeRoot, parent: Path, name: str, minor: int, connectors: 
     sys = root.sys
     d = parent / "drm" / name
     d.mkdir(parents=True)
-    _write(d / "dev", f"{DRM_MAJOR}:{minor}\n")
-    _write(d / "uevent", f"MAJOR={DRM_MAJOR}\nMINOR={minor}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
+    major, number = root.dev_of(name, DRM_MAJOR, minor)
+    _write(d / "dev", f"{major}:{number}\n")
+    _write(d / "uevent", f"MAJOR={major}\nMINOR={number}\nDEVNAME=dri/{name}\nDEVTYPE=drm_minor\n")
     _link(d / "device", parent)
     _link(d / "subsystem", sys / "class" / "drm")
     _link(sys / "class" / "drm" / name, d)
-    _link(sys / "dev" / "char" / f"{DRM_MAJOR}:{minor}", d)
+    if not os.path.lexists(sys / "dev" / "char" / f"{major}:{number}"):  # two nodes on one borrowed number
+        _link(sys / "dev" / "char" / f"{major}:{number}", d)
     for conn in connectors:
         c = d / f"{name}-{conn}"
         c.mkdir()
@@ -669,7 +709,7 @@ def _kfd_props(
         "cu_per_simd_array": 14,
         "simd_per_cu": 4,
         "max_slots_scratch_cu": 32,
-        "gfx_target_version": 90010,
+        "gfx_target_version": root_gpu.gfx_target_version,
         "vendor_id": root_gpu.vendor_id,
         "device_id": root_gpu.device_id,
         "location_id": location_id(location),
@@ -700,6 +740,8 @@ def _build_sys(root: FakeRoot) -> None:
     for d in ("class/drm", "class/hwmon", "dev/char", "bus/pci/devices", "bus/platform/devices", "module/amdgpu"):
         (sys / d).mkdir(parents=True, exist_ok=True)
     _write(sys / "class" / "drm" / "version", "drm 1.1.0 20060810\n")
+    if root.driver_version is not None:
+        _write(sys / "module" / "amdgpu" / "version", root.driver_version + "\n")
     drv = sys / "bus" / "pci" / "drivers" / "amdgpu"
     drv.mkdir(parents=True)
     for name in ("bind", "unbind", "new_id", "remove_id", "uevent"):
@@ -841,11 +883,13 @@ def _build_sys(root: FakeRoot) -> None:
     if root.kfd_major is not None:
         kfd = sys / "devices" / "virtual" / "kfd" / "kfd"
         kfd.mkdir(parents=True)
-        _write(kfd / "dev", f"{root.kfd_major}:0\n")
-        _write(kfd / "uevent", f"MAJOR={root.kfd_major}\nMINOR=0\nDEVNAME=kfd\n")
+        kfd_major, kfd_minor = root.dev_of("kfd", root.kfd_major, 0)
+        _write(kfd / "dev", f"{kfd_major}:{kfd_minor}\n")
+        _write(kfd / "uevent", f"MAJOR={kfd_major}\nMINOR={kfd_minor}\nDEVNAME=kfd\n")
         (sys / "class" / "kfd").mkdir(parents=True)
         _link(sys / "class" / "kfd" / "kfd", kfd)
-        _link(sys / "dev" / "char" / f"{root.kfd_major}:0", kfd)
+        if not os.path.lexists(sys / "dev" / "char" / f"{kfd_major}:{kfd_minor}"):
+            _link(sys / "dev" / "char" / f"{kfd_major}:{kfd_minor}", kfd)
         topo = kfd / "topology"
         _write(topo / "generation_id", root.kfd_generation_id)
         _write(topo / "system_properties", root.kfd_system_properties)
@@ -918,7 +962,7 @@ def _build_dev(root: FakeRoot) -> None:
     if not root.device_nodes:
         return
     if root.kfd_major is not None:
-        _mknod(root.dev / "kfd", root.kfd_major, 0, *_node_attrs(root, "kfd", "kfd"))
+        _mknod(root.dev / "kfd", *root.dev_of("kfd", root.kfd_major, 0), *_node_attrs(root, "kfd", "kfd"))
     by_path = dri / "by-path"
     # (by-path name prefix, card, render)
     devices: list[tuple[str, int | None, int | None]] = []
@@ -933,7 +977,7 @@ def _build_dev(root: FakeRoot) -> None:
             if number is None:
                 continue
             name = f"card{number}" if kind == "card" else f"renderD{number}"
-            _mknod(dri / name, DRM_MAJOR, number, *_node_attrs(root, f"dri/{name}", kind))
+            _mknod(dri / name, *root.dev_of(name, DRM_MAJOR, number), *_node_attrs(root, f"dri/{name}", kind))
             if root.by_path:
                 by_path.mkdir(exist_ok=True)
                 os.symlink(f"../{name}", by_path / f"{prefix}-{suffix}")

@@ -16,11 +16,19 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, physical_gpu, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
-from exporter.metrics.gpu import gpu_families, gpu_owners, pod_families, process_families, process_gpu_families
+from exporter.metrics.gpu import (
+    gpu_families,
+    gpu_owners,
+    pod_families,
+    process_families,
+    process_gpu_families,
+    topology_families,
+)
 from exporter.metrics.groups import hidden_family_names
 from exporter.metrics.health import health_families, http_server_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.metrics.selfmetrics import ExporterMetrics
+from exporter.metrics.verdict import VERDICT_SOURCES, health_verdict, verdict_families
 from exporter.model.devices import DeviceWatchState, StateFileStatus
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
@@ -29,6 +37,7 @@ from exporter.server.stats import StatsView
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
+from exporter.watchdog.health import PROCESS_SOURCE, HealthVerdict
 
 
 class Section(msgspec.Struct, frozen=True):
@@ -115,6 +124,9 @@ class RocmCollector(Collector):
         # serve's process_*, python_* and scrape-duration series (not --web.disable-exporter-metrics; never once)
         self._exporter = exporter_metrics
         self._http = http  # serve's HTTP server counters (exporter.server.stats), read per scrape
+        self._verdict_memo: tuple[StoreView, HealthVerdict] | None = None  # the last view's verdict (key, then build)
+        # serve's verdict file for node-problem-detector (exporter.sinks.health_file): how its last write went
+        self.verdict_file_status: Callable[[], StateFileStatus] | None = None
 
     def reconfigure(
         self, config: Config, push: PushStatus | None, exporter_metrics: ExporterMetrics | None = None
@@ -158,7 +170,9 @@ class RocmCollector(Collector):
             # core: the conditions and the baseline
             (True, Section("devices", ("devices",), self._devices, key=_DEVICES_KEY)),
             (on("kernel"), Section("kernel", every, self._kernel, key=_kernel_key)),
-            (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=_STATE_FILES_KEY)),
+            # core: the health verdict, re-rendered when it changes (an event's window ends without any input changing)
+            (True, Section("health-verdict", (*VERDICT_SOURCES, PROCESS_SOURCE), self._verdict, key=self._verdict_key)),
+            (True, Section("state-files", ("devices", "kernel-log"), self._state_files, key=self._state_files_key)),
             # every run of every source changes its health: rendered per scrape, not per run
             (True, Section("health", every, self._health, health=True, lazy=True)),
         )
@@ -182,8 +196,10 @@ class RocmCollector(Collector):
     def _gpus(self, view: StoreView) -> Iterator[Metric]:
         gpus = gpu_inventory(view)
         if gpus is not None:
-            links = merge_links(smi_reports(view)) if self._on("gpu.topology") else ()
-            yield from self._shown(gpu_families(gpus, links))
+            yield from self._shown(gpu_families(gpus))
+            if self._on("gpu.topology", "gpu.topology.pairs"):
+                links = merge_links(smi_reports(view))
+                yield from self._shown(topology_families(links, pairs=self._on("gpu.topology.pairs")))
 
     def _processes(self, view: StoreView) -> Iterator[Metric]:
         processes = _processes(view)
@@ -222,8 +238,28 @@ class RocmCollector(Collector):
             # partition's own address (8 x 37 series on a CPX MI300X host, not 64 x 37)
             yield from kernel_families(kernel, sorted({physical_gpu(bdf, known) for bdf in known}))
 
+    def _health_verdict(self, view: StoreView) -> HealthVerdict:
+        memo = self._verdict_memo
+        if memo is not None and memo[0] is view:
+            return memo[1]
+        verdict = health_verdict(view, self._config.health_event_window_seconds)
+        self._verdict_memo = (view, verdict)
+        return verdict
+
+    def _verdict_key(self, view: StoreView) -> tuple[object, ...]:
+        return (self._health_verdict(view),)
+
+    def _verdict(self, view: StoreView) -> Iterator[Metric]:
+        yield from verdict_families(self._health_verdict(view))
+
+    def _state_files_key(self, view: StoreView) -> tuple[object, ...]:
+        status = self.verdict_file_status
+        return (*_STATE_FILES_KEY(view), status() if status is not None else None)
+
     def _state_files(self, view: StoreView) -> Iterator[Metric]:
         files: list[StateFileStatus] = []
+        if self.verdict_file_status is not None:
+            files.append(self.verdict_file_status())
         devices = view.fresh_data("devices")
         if isinstance(devices, DeviceWatchState):
             files.extend(devices.state_files)

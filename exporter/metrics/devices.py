@@ -17,7 +17,12 @@ def _flag(value: bool) -> float:
 
 
 def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
-    """Every device family; nothing when the devices source has no fresh state (its health metrics say why)."""
+    """Every device family; nothing when the devices source has no fresh state (its health metrics say why).
+
+    The 0/1 state families (drift, policy, renumbered, missing, gid drift) are served only while 1, and
+    ``rocm_device_node_present`` only for absent nodes: ``rocm_watchdog_drift_evaluated`` tells "nothing wrong"
+    from "not evaluated" (CONTRACT section 4), so a fleet does not pay a series per node, attribute and rule that
+    says nothing."""
     if state is None:
         return
     by_key: dict[tuple[str, str], Condition] = {c.key: c for c in state.conditions}
@@ -48,10 +53,12 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
             )
     yield info
 
+    # Absent nodes only: a present node has its rocm_device_node_info (CONTRACT section 4).
     present = new_family(n.DEVICE_NODE_PRESENT)
     seen: set[str] = set()
     for node in nodes:
-        present.add_metric([node.path, owner(node.path)], _flag(node.exists))
+        if not node.exists:
+            present.add_metric([node.path, owner(node.path)], 0.0)
         seen.add(node.path)
     for bnode in baseline.nodes if baseline else ():
         if bnode.path not in seen:
@@ -64,18 +71,25 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
             accessible.add_metric([node.path, owner(node.path)], _flag(node.accessible))
     yield accessible
 
+    if state.probe is not None:
+        opened = new_family(n.DEVICE_NODE_OPEN_OK)
+        for answer in state.probe.nodes:
+            error = "" if answer.status == "opened" else (answer.error or answer.status)
+            opened.add_metric([answer.path, error, owner(answer.path)], _flag(answer.status == "opened"))
+        yield opened
+
     drift = new_family(n.DEVICE_NODE_DRIFT)
     for bnode in baseline.nodes if baseline else ():
         for kind, attribute in (*NODE_DRIFT_ATTRIBUTES.items(), *NODE_DRIFT_EXTRA.items()):
             c = by_key.get((kind, bnode.path))
-            if c is not None:
-                drift.add_metric([bnode.path, attribute, owner(bnode.path)], _flag(c.active))
+            if c is not None and c.active:
+                drift.add_metric([bnode.path, attribute, owner(bnode.path)], 1.0)
     yield drift
 
     policy = new_family(n.DEVICE_NODE_POLICY)
     for c in state.conditions:
-        if c.kind in POLICY_KINDS:
-            policy.add_metric([c.subject, c.kind, owner(c.subject)], _flag(c.active))
+        if c.kind in POLICY_KINDS and c.active:
+            policy.add_metric([c.subject, c.kind, owner(c.subject)], 1.0)
     yield policy
 
     render = new_family(n.RENDER_NODE_MINOR)
@@ -97,10 +111,12 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
         renumbered = new_family(n.RENDER_NODE_RENUMBERED)
         missing = new_family(n.GPU_MISSING)
         for bgpu in baseline.gpus:
-            missing.add_metric([bgpu.pci_bus], _flag(bgpu.pci_bus not in now_gpus))
-            if bgpu.pci_bus in now_gpus:
+            if bgpu.pci_bus not in now_gpus:
+                missing.add_metric([bgpu.pci_bus], 1.0)
+            else:
                 c = by_key.get(("render_renumbered", bgpu.pci_bus))
-                renumbered.add_metric([bgpu.pci_bus], _flag(c is not None and c.active))
+                if c is not None and c.active:
+                    renumbered.add_metric([bgpu.pci_bus], 1.0)
         yield renumbered
         yield missing
         count = new_family(n.BASELINE_GPUS)
@@ -112,8 +128,8 @@ def device_families(state: DeviceWatchState | None) -> Iterator[Metric]:
         groups = new_family(n.GROUP_GID_DRIFT)
         for group, _gid in baseline.groups:
             c = by_key.get(("group_gid_drift", group))
-            if c is not None:
-                groups.add_metric([group], _flag(c.active))
+            if c is not None and c.active:
+                groups.add_metric([group], 1.0)
         yield groups
 
     active = new_family(n.DEVICE_CONDITION)

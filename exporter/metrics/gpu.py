@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 
 from prometheus_client.core import Metric
 
-from exporter.inventory import GpuView, LinkView
+from exporter.inventory import GpuView, LinkView, physical_gpu
 from exporter.metrics import names
 from exporter.metrics.families import label, new_family
 from exporter.model.gpu import GpuMetricsReading, GpuTelemetry
@@ -15,7 +15,7 @@ from exporter.model.processes import DeviceAllocation, ProcessInfo
 from exporter.parsers.common import normalize_bdf
 
 
-def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator[Metric]:
+def gpu_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
     info = new_family(names.GPU_INFO)
     vram_total = new_family(names.GPU_VRAM_TOTAL)
     vram_used = new_family(names.GPU_VRAM_USED)
@@ -28,8 +28,13 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     ras_ce = new_family(names.GPU_RAS_CORRECTABLE)
     ras_ue = new_family(names.GPU_RAS_UNCORRECTABLE)
     ras_de = new_family(names.GPU_RAS_DEFERRED)
+    numa_of = {g.pci_bus: g.numa_node for g in gpus}
+    known = numa_of.keys()
     for gpu in gpus:
         bus = [gpu.pci_bus]
+        physical = physical_gpu(gpu.pci_bus, known)
+        # a partition's NUMA node is its GPU's: served only where it has one of its own
+        numa_node = None if physical != gpu.pci_bus and gpu.numa_node == numa_of[physical] else gpu.numa_node
         info.add_metric(
             [
                 gpu.pci_bus,
@@ -50,7 +55,7 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
             (vram_total, gpu.vram_total_bytes),
             (vram_used, gpu.vram_used_bytes),
             (busy, _busy_ratio(gpu)),
-            (numa, gpu.numa_node),
+            (numa, numa_node),
             (power, _first(gpu.power_watts, table.power_watts)),
             (pcie_speed, _first(gpu.pcie_link_speed_gts, table.pcie_link_speed_gts)),
             (pcie_width, _first(gpu.pcie_link_width, table.pcie_link_width)),
@@ -68,18 +73,6 @@ def gpu_families(gpus: Sequence[GpuView], links: Sequence[LinkView]) -> Iterator
     yield from telemetry_families(gpus)
     yield from gpu_metrics_families(gpus)
     yield from sysfs_read_families(gpus)
-
-    link_info = new_family(names.GPU_LINK_INFO)
-    weight = new_family(names.GPU_LINK_WEIGHT)
-    hops = new_family(names.GPU_LINK_HOPS)
-    for link in links:
-        pair = [link.pci_bus, link.peer_pci_bus]
-        link_info.add_metric([*pair, label(link.link_type)], 1)
-        if link.weight is not None:
-            weight.add_metric(pair, link.weight)
-        if link.hops is not None:
-            hops.add_metric(pair, link.hops)
-    yield from (link_info, weight, hops)
 
     present = new_family(names.GPUS)
     present.add_metric([], len(gpus))
@@ -101,6 +94,57 @@ def _fill(sysfs: Sequence[tuple[str, float]], table: Sequence[tuple[str, float]]
         return sysfs
     have = {name for name, _ in sysfs}
     return [*sysfs, *((name, value) for name, value in table if name not in have)]
+
+
+def topology_families(links: Sequence[LinkView], *, pairs: bool = False) -> Iterator[Metric]:
+    """The tools' topology in series per GPU: its peers by link type and its XGMI hive (named by the lowest PCI
+    address in it), which answer "which GPUs share a hive" (``count by (hive)``) and "how is this GPU linked"
+    without a series per ordered pair; those (``pairs``, ``--metrics.enable=gpu.topology.pairs``) grow with the
+    square of the GPUs: 3 x 56 on 8 GPUs, 3 x 4,032 on 64."""
+    peers: dict[tuple[str, str], int] = {}
+    xgmi: dict[str, set[str]] = {}
+    for link in links:
+        kind = link.link_type or "unknown"
+        peers[(link.pci_bus, kind)] = peers.get((link.pci_bus, kind), 0) + 1
+        if kind == "XGMI":
+            xgmi.setdefault(link.pci_bus, set()).add(link.peer_pci_bus)
+    peer_family = new_family(names.GPU_LINK_PEERS)
+    for (bus, kind), count in sorted(peers.items()):
+        peer_family.add_metric([bus, kind], count)
+    hive_family = new_family(names.GPU_XGMI_HIVE)
+    for bus, hive in sorted(_hives(xgmi).items()):
+        hive_family.add_metric([bus, hive], 1)
+    yield from (peer_family, hive_family)
+    if not pairs:
+        return
+    link_info = new_family(names.GPU_LINK_INFO)
+    weight = new_family(names.GPU_LINK_WEIGHT)
+    hops = new_family(names.GPU_LINK_HOPS)
+    for link in links:
+        pair = [link.pci_bus, link.peer_pci_bus]
+        link_info.add_metric([*pair, label(link.link_type)], 1)
+        if link.weight is not None:
+            weight.add_metric(pair, link.weight)
+        if link.hops is not None:
+            hops.add_metric(pair, link.hops)
+    yield from (link_info, weight, hops)
+
+
+def _hives(xgmi: Mapping[str, set[str]]) -> dict[str, str]:
+    """{GPU: its hive's name}: the connected components of the XGMI links, each named by its lowest address."""
+    hive: dict[str, str] = {}
+    for start in sorted(xgmi):
+        if start in hive:
+            continue
+        members, todo = {start}, [start]
+        while todo:
+            for peer in xgmi.get(todo.pop(), ()):
+                if peer not in members:
+                    members.add(peer)
+                    todo.append(peer)
+        name = min(members)
+        hive.update(dict.fromkeys(members, name))
+    return hive
 
 
 def _busy_ratio(gpu: GpuView) -> float | None:
@@ -193,11 +237,16 @@ def gpu_metrics_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
     engine = new_family(names.GPU_ENGINE_ACTIVITY)
     xcc_busy = new_family(names.GPU_XCC_BUSY)
     xcc_violation = new_family(names.GPU_XCC_VIOLATION)
-    xgmi_up = new_family(names.GPU_XGMI_UP)
+    xgmi_active = new_family(names.GPU_XGMI_ACTIVE)
+    xgmi_inactive = new_family(names.GPU_XGMI_INACTIVE)
     xgmi_read = new_family(names.GPU_XGMI_READ)
     xgmi_write = new_family(names.GPU_XGMI_WRITE)
     counters = [(new_family(spec), get) for spec, get in _TABLE_COUNTERS]
     gauges = [(new_family(spec), get) for spec, get in _TABLE_GAUGES]
+    # Violation ticks measure the GPU's power and thermal limits, which are the socket's: one series per physical
+    # GPU and counter, summed over the XCCs of all its partitions (8 series on a CPX MI300X, not 8 x 8).
+    known = {g.pci_bus for g in gpus}
+    violations: dict[str, dict[str, int]] = {}
     for gpu in gpus:
         bus = gpu.pci_bus
         m = gpu.gpu_metrics
@@ -211,8 +260,12 @@ def gpu_metrics_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
             for reason, ticks in m.throttle_residency_ticks:
                 residency.add_metric([bus, reason], ticks)
             media = {"mm": m.mm_activity_ratio, "vcn": m.vcn_activity_ratio, "jpeg": m.jpeg_activity_ratio}
+            # a count per GPU and the inactive links by name: not a series per link saying "up"
+            if m.xgmi_link_active:
+                xgmi_active.add_metric([bus], sum(1 for _, up in m.xgmi_link_active if up))
             for link, up in m.xgmi_link_active:
-                xgmi_up.add_metric([bus, str(link)], 1 if up else 0)
+                if not up:
+                    xgmi_inactive.add_metric([bus, str(link)], 1)
             for family, values in ((xgmi_read, m.xgmi_read_bytes), (xgmi_write, m.xgmi_write_bytes)):
                 for link, count in values:
                     family.add_metric([bus, str(link)], count)
@@ -224,16 +277,22 @@ def gpu_metrics_families(gpus: Sequence[GpuView]) -> Iterator[Metric]:
             # the partition's own engines (the tables with xcp_stats have no device-wide vcn/jpeg arrays)
             media["vcn"] = _first(xcp.vcn_busy_ratio, media.get("vcn"))
             media["jpeg"] = _first(xcp.jpeg_busy_ratio, media.get("jpeg"))
-            for index, ratio in xcp.xcc_busy_ratios:
-                xcc_busy.add_metric([bus, str(index)], ratio)
+            # one XCC: its busy ratio is the GPU's or partition's own (rocm_gpu_busy_ratio), not a series again
+            if len(xcp.xcc_busy_ratios) > 1 or gpu.busy_ratio is not None:
+                for index, ratio in xcp.xcc_busy_ratios:
+                    xcc_busy.add_metric([bus, str(index)], ratio)
+            sums = violations.setdefault(physical_gpu(bus, known), {})
             for counter, ticks in xcp.xcc_violation_ticks:
-                xcc_violation.add_metric([bus, counter], ticks)
+                sums[counter] = sums.get(counter, 0) + ticks
         for name, busy in media.items():
             if busy is not None:
                 engine.add_metric([bus, name], busy)
+    for physical, sums in sorted(violations.items()):
+        for counter, total in sums.items():
+            xcc_violation.add_metric([physical, counter], total)
     yield from (throttled, throttle_active, residency)
     yield from (engine, xcc_busy, xcc_violation)
-    yield from (xgmi_up, xgmi_read, xgmi_write)
+    yield from (xgmi_active, xgmi_inactive, xgmi_read, xgmi_write)
     yield from (family for family, _ in (*counters, *gauges))
 
 

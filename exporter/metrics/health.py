@@ -32,8 +32,14 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
             duration.add_metric([name], health.duration_seconds)
         if health.last_success is not None:
             last_success.add_metric([name], health.last_success)
-        stale.add_metric([name], 0 if health.fresh(view.now) else 1)
+        if not health.fresh(view.now):
+            stale.add_metric([name], 1)  # only while stale: up and last_success say the rest
     yield from (up, duration, last_success, failures, stale)
+    if view.absent:
+        absent = new_family(names.SOURCE_ABSENT)
+        for label in sorted(view.absent):
+            absent.add_metric([label], 1)
+        yield absent
     info = build_info()
     build = new_family(names.BUILD_INFO)
     build.add_metric([info.version, info.revision, info.branch, info.python_version], 1)
@@ -45,7 +51,8 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
 
 def state_file_families(files: Sequence[StateFileStatus]) -> Iterator[Metric]:
     """The three ways a state file fails (exporter.statefile), one family each, a series per file in --state.dir
-    that the sources report on (baseline, condition start times, auto-accept candidate, kernel-log cursor)."""
+    that the sources report on (baseline, condition start times, auto-accept candidate, kernel-log cursor), served
+    only while the file fails that way: the source's health tells "fine" from "not looked at"."""
     by_name = sorted(files, key=lambda f: f.file)
     for spec, attribute in (
         (names.STATE_FILE_UNREADABLE, "unreadable"),
@@ -54,7 +61,8 @@ def state_file_families(files: Sequence[StateFileStatus]) -> Iterator[Metric]:
     ):
         family = new_family(spec)
         for f in by_name:
-            family.add_metric([f.file], 0 if getattr(f, attribute) is None else 1)
+            if getattr(f, attribute) is not None:
+                family.add_metric([f.file], 1)
         yield family
 
 

@@ -33,7 +33,8 @@ GROUP_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"rocm_gpu_xgmi_", "gpu.xgmi"),
         (r"rocm_gpu_\w*(throttl|violation|residency)", "gpu.throttle"),
         (r"rocm_gpu_\w*(busy|activity)", "gpu.activity"),
-        (r"rocm_gpu_link_", "gpu.topology"),
+        (r"rocm_gpu_link_(info|weight|hops)$", "gpu.topology.pairs"),
+        (r"rocm_gpu_link_|rocm_gpu_xgmi_hive_", "gpu.topology"),
         (r"rocm_gpu_pod_info$|rocm_process_(slurm|pod)_", "attribution"),
         (r"rocm_process_gpu_", "processes.gpu"),
         (r"rocm_processes$|rocm_process_", "processes"),
@@ -228,11 +229,12 @@ GPU_XCC_BUSY = Spec(
 )
 GPU_XCC_VIOLATION = Spec(
     "rocm_gpu_xcc_violation_ticks_total",
-    "Accumulation ticks the XCCs of the GPU or partition spent in the condition, summed over its XCCs"
+    "Accumulation ticks the XCCs of the GPU spent in the condition, summed over its XCCs, those of all its "
+    "partitions included (the power and thermal limits are the socket's)"
     + GM
     + " xcp_stats <counter>_acc: gfx_below_host_limit (v1.7), gfx_below_host_limit_ppt, gfx_below_host_limit_thm, "
     "gfx_below_host_limit_total, gfx_low_utilization (v1.8)); the fraction of time is its increase over that of "
-    "rocm_gpu_accumulation_ticks_total times the partition's XCC count" + CACHED,
+    "rocm_gpu_accumulation_ticks_total times the GPU's XCC count" + CACHED,
     ("pci_bus", "counter"),
     "counter",
 )
@@ -244,10 +246,15 @@ GPU_XGMI_SPEED = Spec(
     "XGMI link speed in bytes per second" + GM + " xgmi_link_speed, Gbps / 8)" + CACHED,
     ("pci_bus",),
 )
-GPU_XGMI_UP = Spec(
-    "rocm_gpu_xgmi_link_up",
-    "1 when the XGMI link is active, 0 when inactive" + GM + " xgmi_link_status, v1.7+); links the table marks not "
-    "available have no series" + CACHED,
+GPU_XGMI_ACTIVE = Spec(
+    "rocm_gpu_xgmi_links_active",
+    "XGMI links of the GPU that are active" + GM + " xgmi_link_status, v1.7+; links the table marks not available "
+    "are not counted)" + CACHED,
+    ("pci_bus",),
+)
+GPU_XGMI_INACTIVE = Spec(
+    "rocm_gpu_xgmi_link_inactive",
+    "1 per XGMI link the table reports inactive, absent while it is active" + GM + " xgmi_link_status, v1.7+)" + CACHED,
     ("pci_bus", "link"),
 )
 GPU_XGMI_READ = Spec(
@@ -323,8 +330,21 @@ GPU_SYSFS_READ_ERRORS = Spec(
     ("pci_bus", "file", "error"),
     "counter",
 )
+GPU_LINK_PEERS = Spec(
+    "rocm_gpu_link_peers",
+    "GPUs this GPU is linked to by the link type, from the tools' topology (XGMI: its hive's other GPUs)" + CACHED,
+    ("pci_bus", "link_type"),
+)
+GPU_XGMI_HIVE = Spec(
+    "rocm_gpu_xgmi_hive_info",
+    "1 per GPU in an XGMI hive: hive is the lowest PCI address of the GPUs the tools' topology links to it by XGMI, "
+    "itself included (count by (hive) gives the hive sizes)" + CACHED,
+    ("pci_bus", "hive"),
+)
 GPU_LINK_INFO = Spec(
-    "rocm_gpu_link_info", "1 per linked GPU pair, both directions" + CACHED, ("pci_bus", "peer_pci_bus", "link_type")
+    "rocm_gpu_link_info",
+    "1 per linked GPU pair, both directions (--metrics.enable=gpu.topology.pairs)" + CACHED,
+    ("pci_bus", "peer_pci_bus", "link_type"),
 )
 GPU_LINK_WEIGHT = Spec("rocm_gpu_link_weight", "Topology link weight" + CACHED, ("pci_bus", "peer_pci_bus"))
 GPU_LINK_HOPS = Spec("rocm_gpu_link_hops", "Topology hops between GPUs" + CACHED, ("pci_bus", "peer_pci_bus"))
@@ -383,6 +403,13 @@ DEVICE_NODE_ACCESSIBLE = Spec(
     "1 when this process can open the node read-write" + CACHED,
     ("path", "pci_bus"),
 )
+DEVICE_NODE_OPEN_OK = Spec(
+    "rocm_device_node_open_ok",
+    "1 when this process opened the node read-write (the kernel's answer: device cgroup, nodev, security modules "
+    "and driver included); error: the errno name when it did not, or timeout. Only with --devices.probe, for "
+    "/dev/kfd and the render nodes KFD lists" + CACHED,
+    ("path", "error", "pci_bus"),
+)
 DEVICE_NODE_DRIFT = Spec(
     "rocm_device_node_drift",
     "1 when the attribute differs from the baseline" + CACHED,
@@ -402,6 +429,28 @@ GPU_MISSING = Spec("rocm_gpu_missing", "1 when a GPU of the baseline is gone" + 
 BASELINE_GPUS = Spec("rocm_baseline_gpus", "GPUs in the baseline")
 GROUP_GID_DRIFT = Spec(
     "rocm_group_gid_drift", "1 when the host's gid for the group changed since the baseline" + CACHED, ("group",)
+)
+
+# Health verdict (issue 22: exporter/watchdog/health.py, its reasons in exporter/watchdog/health_reasons.py) ----
+GPU_HEALTH = Spec(
+    "rocm_gpu_health",
+    "1 per GPU and partition: its health verdict now (state: healthy, unhealthy, unknown; unknown never counts as "
+    "unhealthy); from the devices conditions, the kernel log's critical events within --health.event-window and "
+    "the sources' freshness" + CACHED,
+    ("pci_bus", "state"),
+    group="core",
+)
+GPU_HEALTH_REASON = Spec(
+    "rocm_gpu_health_reason",
+    "1 per reason while the GPU is unhealthy, or unknown through a kernel event that named no GPU "
+    "(reason node_kernel_event)" + CACHED,
+    ("pci_bus", "reason"),
+    group="core",
+)
+NODE_GPUS_UNHEALTHY = Spec(
+    "rocm_node_gpus_unhealthy",
+    "GPUs and partitions whose rocm_gpu_health state is unhealthy" + CACHED,
+    group="core",
 )
 
 # Kernel log ------------------------------------------------------------------------------------------
@@ -433,6 +482,12 @@ SOURCE_LAST_SUCCESS = Spec(
     ("source",),
 )
 SOURCE_FAILURES = Spec("rocm_watchdog_source_failures_total", "Failed runs of the source", ("source",), "counter")
+SOURCE_ABSENT = Spec(
+    "rocm_watchdog_source_absent",
+    "1 while nothing the source reads is installed (smi: --smi.backend=auto with neither amd-smi nor rocm-smi; "
+    "GPUs are read from sysfs only): a state, not a failure, so the tools have no up series",
+    ("source",),
+)
 SOURCE_STALE = Spec(
     "rocm_watchdog_source_stale",
     "1 when the source's last success is too old and its values are no longer exported",

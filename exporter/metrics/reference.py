@@ -154,6 +154,155 @@ def series_costs() -> dict[str, Cost]:
     return out
 
 
+# Zero-valued series ------------------------------------------------------------------------------------------
+
+DASHBOARD_FILES = tuple(sorted((PROJECT / "dashboards").glob("*.json")))
+# Gauges served at 0 because 0 is what was read (not a "nothing wrong" flag, which is served only while 1)
+ZERO_GAUGES = {
+    "rocm_gpu_busy_ratio": "an idle GPU's busy ratio",
+    "rocm_gpu_engine_activity_ratio": "an idle engine's busy ratio",
+    "rocm_gpu_xcc_busy_ratio": "an idle XCC's busy ratio",
+    "rocm_gpu_memory_busy_ratio": "an idle memory controller's busy ratio",
+    "rocm_gpu_power_cap_min_watts": "the lowest power cap the driver allows (0 on Instinct parts)",
+    "rocm_gpu_vram_bad_pages": "the pages of a status (retired, pending, failed): 0 on a GPU with none",
+    "rocm_gpu_numa_node": "NUMA node 0",
+    "rocm_gpu_vram_used_bytes": "VRAM in use on an idle GPU",
+    "rocm_processes": "no KFD process",
+    "rocm_baseline_gpus": "a baseline of a host without GPUs",
+    "rocm_gpus": "a host without GPUs",
+    "rocm_node_gpus_unhealthy": "no GPU unhealthy (the count an alert compares with > 0)",
+}
+_INCREASE = re.compile(r"\b(?:increase|rate|irate|delta)\(\s*(rocm_[a-z0-9_]+)")
+
+
+def _exprs() -> Iterable[tuple[str, str]]:
+    """(where, PromQL) of every shipped alert rule and dashboard query."""
+    import json
+
+    from exporter.yamlfile import safe_load
+
+    for path in RULE_FILES:
+        for rule_group in safe_load(path.read_text(), str(path))["groups"]:
+            for rule in rule_group["rules"]:
+                yield (f"alert {rule['alert']}" if "alert" in rule else f"rule {rule['record']}"), rule["expr"]
+
+    def panels(items: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        for panel in items:
+            yield panel
+            yield from panels(panel.get("panels", []))
+
+    for path in DASHBOARD_FILES:
+        board = json.loads(path.read_text())
+        for panel in panels(board.get("panels", [])):
+            for target in panel.get("targets", []):
+                if "expr" in target:
+                    yield f"dashboard {path.stem}: {panel.get('title', '')}", target["expr"]
+
+
+@cache
+def increase_readers() -> dict[str, tuple[str, ...]]:
+    """{family: the alerts and dashboard panels that read it with increase(), rate(), irate() or delta()}: the
+    counters whose 0 is read (a counter that appears at 1 has no increase)."""
+    out: dict[str, list[str]] = {}
+    for where, expr in _exprs():
+        for name in _INCREASE.findall(expr):
+            if where not in out.setdefault(name, []):
+                out[name].append(where)
+    return {name: tuple(sorted(readers)) for name, readers in out.items()}
+
+
+def zero_reason(family: str) -> str | None:
+    """Why a series of ``family`` may be served at 0 by default (None: it may not)."""
+    readers = increase_readers().get(family)
+    if readers:
+        return "read by " + ", ".join(readers)
+    return f"a gauge: {ZERO_GAUGES[family]}" if family in ZERO_GAUGES else None
+
+
+class NodeSeries(msgspec.Struct, frozen=True):
+    series: int
+    zero: dict[str, int]  # family -> its zero-valued series
+    gpus: int  # GPUs and partitions
+
+
+@cache
+def default_series() -> dict[str, NodeSeries]:
+    """{host title: the series a default collection serves there}: the sysfs, devices and an empty kernel-log
+    source over each host (as ``once --no-collector.rocm-smi --no-collector.amd-smi`` reads it), rendered with the
+    default groups."""
+    import structlog
+
+    from exporter.config import Config
+    from exporter.metrics.collector import RocmCollector
+    from exporter.model.kernel import KernelLogState
+    from exporter.sources.devices import DevicesSource
+    from exporter.sources.sysfs import read_sysfs
+    from exporter.store import SnapshotStore
+
+    fakeroot = _fakeroot()
+    now = 1_700_000_000.0
+    out: dict[str, NodeSeries] = {}
+    with tempfile.TemporaryDirectory(prefix="rocm-watchdog-reference-") as tmp:
+        for i, host in enumerate(HOSTS):
+            root = host.build(fakeroot, Path(tmp) / str(i))
+            store = SnapshotStore()
+            for source in ("sysfs", "devices", "kernel-log"):
+                store.register(source, 15, 65)
+            with structlog.testing.capture_logs():
+                devices = DevicesSource(root.config(), clock=lambda: now).collect()
+                sysfs = read_sysfs(root.sys)
+            store.record_success("sysfs", sysfs, 0.01, now)
+            store.record_success("devices", devices, 0.01, now)
+            store.record_success("kernel-log", KernelLogState(), 0.01, now)
+            series = 0
+            zero: Counter[str] = Counter()
+            for family in RocmCollector(store, Config(nodename="node-1"), lambda: now).collect():
+                for sample in family.samples:
+                    series += 1
+                    if sample.value == 0:
+                        zero[sample.name] += 1
+            out[host.title] = NodeSeries(series, dict(zero), len(sysfs.gpus))
+    return out
+
+
+def _series_section() -> list[str]:
+    counts = default_series()
+    out = [
+        "## Series per node",
+        "",
+        "What a default collection serves on each fake host (the sysfs, devices and an empty kernel-log source, as",
+        "`once --no-collector.rocm-smi --no-collector.amd-smi` reads them; the tools' series come on top), measured",
+        "by `default_series()`. State series that say nothing wrong are not served (CONTRACT section 4): a drift,",
+        "policy, renumbering, missing-GPU, gid-drift, state-file or staleness series exists only while it is 1, and",
+        "`rocm_device_node_present` only for a node of the baseline that is gone. The per-pair topology",
+        "(`gpu.topology.pairs`) is off unless `--metrics.enable=gpu.topology.pairs`.",
+        "",
+        "| host | GPUs and partitions | series | per GPU or partition | zero-valued |",
+        "|---|---|---|---|---|",
+    ]
+    for host in HOSTS:
+        c = counts[host.title]
+        zero = sum(c.zero.values())
+        out.append(f"| {host.title} | {c.gpus} | {c.series} | {_count(round(c.series / c.gpus, 1))} | {zero} |")
+    out += [
+        "",
+        "### Zero-valued series",
+        "",
+        "Every series served at 0 by default is a counter a shipped alert or dashboard reads with `increase()` or",
+        "`rate()` (its first event must move a series that exists), or a gauge whose reading is 0. Per family, on",
+        "the hosts above (tests/test_series_budget.py fails when a default collection serves another):",
+        "",
+        "| family | " + " | ".join(h.title for h in HOSTS) + " | why it is served at 0 |",
+        "|---|" + "---|" * len(HOSTS) + "---|",
+    ]
+    families = sorted({f for c in counts.values() for f in c.zero})
+    for family in families:
+        cells = " | ".join(str(counts[h.title].zero.get(family, 0)) for h in HOSTS)
+        out.append(f"| `{family}` | {cells} | {_cell(zero_reason(family) or 'NOT READ: a defect')} |")
+    out.append("")
+    return out
+
+
 def _count(value: float) -> str:
     return f"{value:.1f}".removesuffix(".0")
 
@@ -252,6 +401,7 @@ def render() -> str:
         "",
     ]
     out += _groups_section()
+    out += _series_section()
     for title, *_ in _SECTIONS:
         rows = [s for s in every if _section(s.name) == title]
         out += [f"## {title}", "", "| metric | type | labels | group | meaning |", "|---|---|---|---|---|"]

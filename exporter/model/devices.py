@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from exporter.model.gpu import SysfsSnapshot
+from exporter.model.probe import ProbeReport
 
 NodeKind = Literal["kfd", "card", "render"]
 Severity = Literal["info", "warning", "critical"]
@@ -46,7 +47,7 @@ class DeviceNode(msgspec.Struct, frozen=True):
     group: str | None = None  # from the host's etc/group; None when the gid has no name there
     acl: tuple[AclEntry, ...] | None = None  # the access ACL; () when the node has none; None: could not read
     sysfs_dev: tuple[int, int] | None = None  # what sysfs says the node's major:minor is
-    accessible: bool | None = None  # this process can open it read-write (decided without opening it)
+    accessible: bool | None = None  # this process can open it read-write, computed from the bits (not opened)
     grant_gids: tuple[int, ...] = ()  # gids of which any one would let this process open it read-write
     error: str | None = None  # why stat failed, for a node that exists but could not be read
 
@@ -72,6 +73,61 @@ class ProcessCreds(msgspec.Struct, frozen=True):
     groups: tuple[int, ...]  # supplementary groups (os.getgroups())
 
 
+class KfdProcess(msgspec.Struct, frozen=True):
+    """A process KFD lists (``class/kfd/kfd/proc/<pid>``) with the credentials procfs gives it: what decides whether
+    it can still open the nodes after a host group's gid changed (it keeps the groups it started with)."""
+
+    pid: int
+    name: str | None = None  # the kernel's comm
+    uid: int | None = None  # effective uid (``Uid:`` second field)
+    gid: int | None = None  # effective gid
+    groups: tuple[int, ...] | None = None  # ``Groups:``; None when the status file could not be read
+    pod_uid: str | None = None  # from its cgroup, when it runs in a Kubernetes pod
+    container_id: str | None = None
+
+
+class UdevNodeVerdict(msgspec.Struct, frozen=True):
+    """What the udev rules give one node (``exporter.parsers.udev``) against what it is, and why they differ."""
+
+    path: str
+    owner: str
+    group: str
+    mode: int
+    owner_from: str | None = None  # "file:line" of the rule that set it; None: no rule did
+    group_from: str | None = None
+    mode_from: str | None = None
+    undecidable: tuple[str, ...] = ()  # "file:line (PROGRAM)"
+    node: str = ""  # what the node is: "root:render 0660"
+    applied: bool = True
+    # applied | not_applied (udev has not re-run) | no_rule | world_writable (a rule makes it so) | undecidable
+    cause: str = "applied"
+
+    @property
+    def gives(self) -> str:
+        return f"{self.owner}:{self.group} {self.mode:04o}"
+
+    @property
+    def sources(self) -> str:
+        """``group, mode from /etc/udev/rules.d/70-kfd.rules:2``; "" when no rule set anything."""
+        by_src: dict[str, list[str]] = {}
+        for what, src in (("owner", self.owner_from), ("group", self.group_from), ("mode", self.mode_from)):
+            if src is not None:
+                by_src.setdefault(src, []).append(what)
+        return "; ".join(f"{', '.join(w)} from {src}" for src, w in by_src.items())
+
+    def summary(self) -> str:
+        """One clause for a condition's message."""
+        if self.cause == "undecidable":
+            return f"depends on rules that cannot be judged from files: {', '.join(self.undecidable)}"
+        if self.cause == "no_rule":
+            return "no udev rule sets its owner, group or mode: devtmpfs's root:root 0600 is the default"
+        if self.cause == "not_applied":
+            return f"the rules give {self.gives} ({self.sources}) but udev has not applied them: `udevadm trigger`"
+        if self.cause == "world_writable":
+            return f"{self.mode_from} makes it writable by everyone"
+        return f"the rules give it {self.gives} ({self.sources})"
+
+
 class DevicesSnapshot(msgspec.Struct, frozen=True):
     nodes: tuple[DeviceNode, ...] = ()
     by_path: tuple[ByPathLink, ...] = ()
@@ -82,6 +138,18 @@ class DevicesSnapshot(msgspec.Struct, frozen=True):
     boot_id: str | None = None
     group_file_read: bool = True  # the host's etc/group was read: group names (and their absence) mean something
     warnings: tuple[str, ...] = ()
+    # the running KFD processes and their groups; read only while a host group's gid differs from the baseline
+    # (exporter.sources.hostconfig.with_kfd_processes), empty otherwise
+    kfd_processes: tuple[KfdProcess, ...] = ()
+    # what the udev rules under --path.rootfs give each node; read by check always, by the devices source only while
+    # a node's mode, owner or group is wrong (exporter.sources.hostconfig.with_udev); empty otherwise
+    udev: tuple[UdevNodeVerdict, ...] = ()
+
+    def udev_verdict(self, path: str) -> UdevNodeVerdict | None:
+        for v in self.udev:
+            if v.path == path:
+                return v
+        return None
 
     def node(self, path: str) -> DeviceNode | None:
         for n in self.nodes:
@@ -234,6 +302,7 @@ class DeviceWatchState(msgspec.Struct, frozen=True):
     # drift against a baseline was evaluated; False while there is none to use (none yet, unreadable, corrupt)
     drift_evaluated: bool = True
     state_files: tuple[StateFileStatus, ...] = ()  # every state file this source keeps, for the metrics
+    probe: ProbeReport | None = None  # the kernel's answers to opening the compute nodes (--devices.probe only)
 
     def active(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.active)

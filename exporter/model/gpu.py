@@ -142,6 +142,7 @@ class KfdNode(msgspec.Struct, frozen=True):
     domain: int | None = None  # PCI segment; None on old kernels without the key
     location_id: int | None = None  # (bus << 8) | (device << 3) | function; partitions use the function bits
     name: str | None = None  # the node's ``name`` file ("ip discovery"), when present
+    gfx_target_version: int | None = None  # major*10000 + minor*100 + stepping: 90010 is gfx90a
 
 
 class GpuIdentity(msgspec.Struct, frozen=True):

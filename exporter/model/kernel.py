@@ -73,6 +73,39 @@ KERNEL_CLASSES: Mapping[str, Severity] = MappingProxyType(
 )
 
 UNKNOWN_DEVICE = "unknown"
+# The classes whose counters start at 0 for every known GPU and for "unknown": those a shipped alert reads with
+# increase() or rate() and needs to see from the first event (a counter that appears at 1 has no increase).
+# Every other class appears at its first event (CONTRACT section 4); the boot-time classes' alerts
+# (RocmGpuInitFailed, RocmFirmwareLoadFailed) also fire on the last event's timestamp, so theirs need no zero.
+# alerts/generate.py fails when its rules read another class this way.
+ZERO_INITIALISED_CLASSES = frozenset(
+    {
+        "ring_timeout",
+        "ring_reset_failed",
+        "gpu_reset_begin",
+        "gpu_reset_failed",
+        "vram_lost",
+        "ras_fatal",
+        "ras_uncorrectable",
+        "ras_poison",
+        "ras_aca_record",
+        "mes_error",
+        "kfd_preempt_fail",
+        "vm_flush_timeout",
+        "ring_timeout_soft",
+        "vm_fault",
+        "vm_fault_suppressed",
+        "ras_correctable",
+        "ras_deferred",
+        "smu_error",
+        "kfd_evict_fail",
+        "kfd_quiesce_fail",
+        "kfd_suspend_fail",
+        "fence_fallback",
+        "illegal_opcode",
+        "display_timeout",
+    }
+)
 # rocm_kernel_pcie_aer_errors_total{aer_severity}: corrected errors are a ticket, uncorrected ones a page
 AER_SEVERITIES = ("corrected", "uncorrected_nonfatal", "uncorrected_fatal")
 KERNEL_FACILITY = 0  # LOG_KERN; user space cannot log with it (kernel/printk devkmsg_write)

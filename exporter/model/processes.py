@@ -28,6 +28,7 @@ class ProcessInfo(msgspec.Struct, frozen=True):
     cgroup_known: bool = False  # /proc/<pid>/cgroup was read: no pod_uid then means "not in a Kubernetes pod"
     slurm_job_id: str | None = None  # from the cgroup path slurmstepd put the process in
     slurm_step: str | None = None  # "0", "batch", "extern", "interactive"...
+    start_time: float | None = None  # Unix time it started (procfs stat starttime + btime); None: not known
 
 
 class ProcessSnapshot(msgspec.Struct, frozen=True):

@@ -19,7 +19,7 @@ class SmiGpu(msgspec.Struct, frozen=True):
     vram_used_bytes: int | None = None
     numa_node: int | None = None
     numa_affinity: int | None = None  # -1 when none (4294967295 on ROCm <= 5.7 is normalised to -1)
-    unique_id: str | None = None  # "0x..." lower-case hex as printed by the tool
+    unique_id: str | None = None  # canonical_unique_id: "0x..." lower-case hex(int), whatever form the tool printed
     model: str | None = None
     device_id: str | None = None  # "0x740f"
     vbios: str | None = None
@@ -29,6 +29,9 @@ class SmiGpu(msgspec.Struct, frozen=True):
     kfd_id: int | None = None
     node_id: int | None = None
     partition_id: int | None = None
+    # amd-smi partition / static --partition (ROCm >= 6.4): "SPX".."CPX" and "NPS1"/"NPS4" as printed
+    compute_partition: str | None = None
+    memory_partition: str | None = None
 
 
 class SmiProcess(msgspec.Struct, frozen=True):

@@ -40,3 +40,23 @@ def parse_int(value: object) -> int | None:
         return int(text, 16) if text.lower().startswith("0x") else int(text, 10)
     except ValueError:
         return None
+
+
+_UNIQUE_ID = re.compile(r"^(?:0[xX])?(?P<hex>[0-9a-fA-F]{1,16})$")
+
+
+def unique_id_form(value: object) -> str | None:
+    """A GPU unique id in any form the tools print -> the canonical form (``hex(int)``, lower case, no leading
+    zeros), the one the sysfs source and the baseline use (``parsers.sysfs.canonical_unique_id``).
+
+    ``0x5A4AD1C2A8BA3E1F``, ``0x5a4ad1c2a8ba3e1f``, bare ``5a4ad1c2a8ba3e1f`` (older rocm-smi JSON) and amdgpu's
+    zero-padded ``%016llx`` all give ``0x5a4ad1c2a8ba3e1f``. N/A and the like are None; so is 0 (KFD's "none").
+    Anything else (more than 16 hex digits, not hex) is not a unique id: None, and the caller warns.
+    """
+    if not isinstance(value, str) or is_missing(value):
+        return None
+    m = _UNIQUE_ID.match(value.strip())
+    if m is None:
+        return None
+    number = int(m["hex"], 16)
+    return hex(number) if number else None

@@ -62,3 +62,23 @@ def parse_passwd_file(text: str) -> tuple[dict[int, str], list[str]]:
             continue
         by_uid.setdefault(int(fields[2]), fields[0])
     return by_uid, warnings
+
+
+def parse_stat_start_ticks(text: str) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (starttime: clock ticks after boot); None when it is not a stat line. The
+    command name (field 2) may hold spaces and parentheses: the fields are counted after its last ``)``."""
+    _, sep, rest = text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) < 20:
+        return None
+    value = fields[19]  # fields 3.. follow the name: starttime is the 20th of them
+    return int(value) if value.isdigit() else None
+
+
+def parse_boot_time(text: str) -> int | None:
+    """``btime`` of ``/proc/stat``: the Unix time the host booted."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "btime" and value.strip().isdigit():
+            return int(value.strip())
+    return None

@@ -47,7 +47,7 @@ import msgspec
 
 from exporter.model import ParseError
 from exporter.model.smi import SmiFormat, SmiGpu, SmiLink, SmiProcess, SmiReport
-from exporter.parsers.common import is_missing, normalize_bdf, parse_int
+from exporter.parsers.common import is_missing, normalize_bdf, parse_int, unique_id_form
 
 __all__ = ["completeness", "parse_rocm_smi", "supports_json"]
 
@@ -67,6 +67,7 @@ _TOPO_KEY = re.compile(
 _PID_COLUMN = re.compile(r"PROCESS NAME|CU OCCUPANCY|VRAM USED|SDMA USED|GPU\(s\)|GPU|PID")
 _CONCISE_ROW = re.compile(r"^(\d{1,9})\s")
 _HEX = re.compile(r"^0x[0-9a-f]+$")
+_ZERO_ID = re.compile(r"^(?:0[xX])?0+$")
 _LINK_TYPES = frozenset({"PCIE", "XGMI"})  # rsmi_topo_get_link_type: 1 and 2; anything else prints XXXX
 _DRIVER_LINE = re.compile(r"^Driver version:\s*(?P<value>.*)$", re.IGNORECASE)
 _CSV_START = ("device,", "system,", "name,")
@@ -712,7 +713,7 @@ def _build_gpu(state: _State, index: int, values: Mapping[str, str | None]) -> S
         vram_used_bytes=state.count(values.get(_K_VRAM_USED), f"{label} VRAM Total Used Memory (B)"),
         numa_node=_numa(state, values.get(_K_NUMA_NODE), f"{label} Numa Node"),
         numa_affinity=_numa(state, values.get(_K_NUMA_AFFINITY), f"{label} Numa Affinity"),
-        unique_id=_hex_id(state, values.get(_K_UNIQUE_ID), f"{label} Unique ID"),
+        unique_id=_unique_id(state, values.get(_K_UNIQUE_ID), f"{label} Unique ID"),
         model=_model(values),
         device_id=_hex_id(state, values.get(_K_DEVICE_ID) or values.get(_K_GPU_ID), f"{label} Device ID"),
         vbios=None if is_missing(values.get(_K_VBIOS)) else values.get(_K_VBIOS),
@@ -738,6 +739,16 @@ def _hex_id(state: _State, value: str | None, what: str) -> str | None:
         state.warnings.append(f"{what}: {value.strip()!r} is not a hex id")
         return None
     return text
+
+
+def _unique_id(state: _State, value: str | None, what: str) -> str | None:
+    """``0x...``, bare hex (older rocm-smi JSON: ``7c96610172fc1a8d``) or upper case -> ``unique_id_form``."""
+    if value is None or is_missing(value):
+        return None
+    canonical = unique_id_form(value)
+    if canonical is None and not _ZERO_ID.match(value.strip()):  # 0 is "none", not garbage
+        state.warnings.append(f"{what}: {value.strip()!r} is not a hex id")
+    return canonical
 
 
 def _model(values: Mapping[str, str | None]) -> str | None:

@@ -326,4 +326,5 @@ def kfd_node_from_properties(node: int, props: dict[str, int], gpu_id: int | Non
         domain=domain,
         location_id=location,
         name=name,
+        gfx_target_version=props.get("gfx_target_version") or None,
     )

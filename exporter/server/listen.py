@@ -17,7 +17,7 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     """``:9862`` -> ("", 9862) (every address); ``127.0.0.1:9862``; ``[::1]:9862``."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--web.listen-address: expected [host]:port, got {address!r}")
+        raise ValueError(f"expected [host]:port (such as 127.0.0.1:9862, [::1]:9862 or :9862), got {address!r}")
     return host.strip("[]"), int(port)
 
 

@@ -25,6 +25,16 @@ class SourceError(Exception):
         self.by_source: Mapping[str, str] = dict(by_source or {})
 
 
+class SourceAbsent(SourceError):
+    """What the source reads is not on this host at all (``--smi.backend=auto`` with neither amd-smi nor rocm-smi
+    installed): a state, not a failure. The scheduler records no ``up`` series for the source's names and exports
+    ``rocm_watchdog_source_absent{source=label}`` 1 instead, until a run succeeds or fails."""
+
+    def __init__(self, message: str, label: str) -> None:
+        super().__init__(message)
+        self.label = label
+
+
 class Source(Protocol[T_co]):
     @property
     def name(self) -> str:

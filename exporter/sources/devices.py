@@ -1,8 +1,10 @@
 """Device nodes under devfs: ``/dev/kfd``, ``/dev/dri/card*``, ``/dev/dri/renderD*`` and their by-path links.
 
-Nothing here opens a device node: opening ``/dev/kfd`` creates a KFD process on the GPU. Whether this
-process could open a node read-write is decided from its mode, owner, group and POSIX ACL against the
-process's credentials. Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
+Nothing here opens a device node unless ``--devices.probe`` asks (``exporter.sources.probe``): opening
+``/dev/kfd`` creates a KFD process on the GPU for as long as it is open, and opening a node of a
+runtime-suspended GPU wakes it. Whether this process could open a node read-write (``accessible``) is decided
+from its mode, owner, group and POSIX ACL against the process's credentials, with or without the probe.
+Owner and group names come from the HOST's ``etc/passwd`` and ``etc/group`` under
 ``--path.rootfs``, never from this process's NSS (inside a container the image's groups are not the host's).
 
 ``DevicesSource`` at the end is the scheduled source: sysfs identity + nodes + baseline + drift.
@@ -42,10 +44,13 @@ from exporter.model.devices import (
     ProcessCreds,
     StateFileProblem,
     StateFileState,
+    UdevNodeVerdict,
     WatchEvent,
 )
 from exporter.model.gpu import SysfsSnapshot
 from exporter.parsers.host import parse_group_file, parse_passwd_file
+from exporter.sources.hostconfig import with_kfd_processes, with_udev
+from exporter.sources.probe import Prober
 from exporter.statefile import StateFileHealth, move_aside, read_state_file, remove_stale_temps, write_atomic
 from exporter.watchdog.baseline import (
     BASELINE_ACTIONS,
@@ -56,7 +61,14 @@ from exporter.watchdog.baseline import (
     build_baseline,
 )
 from exporter.watchdog.conditions import BASELINE_KINDS
-from exporter.watchdog.drift import EVENT_CONDITION_CLEARED, conditions_from_json, conditions_to_json, evaluate
+from exporter.watchdog.drift import (
+    EVENT_CONDITION_CLEARED,
+    UDEV_KINDS,
+    conditions_from_json,
+    conditions_to_json,
+    evaluate,
+)
+from exporter.watchdog.probe_verdict import compute_nodes
 
 if TYPE_CHECKING:
     from exporter.sources.sysfs import FixedValues
@@ -322,6 +334,7 @@ CONDITIONS_ACTIONS: dict[StateFileState, str] = {
     "unsaved": "condition start times are not kept across a restart: fix the owner and mode of --state.dir or "
     "free the disk",
 }
+UDEV_REFRESH_SECONDS = 600.0  # how often the rules are read again while the same node conditions hold
 EVENT_DRIFT_NOT_EVALUATED = "drift_not_evaluated"
 EVENT_DRIFT_RESUMED = "drift_evaluation_resumed"
 _NOT_EVALUATED = {
@@ -398,8 +411,14 @@ class DevicesSource:
         self._written: frozenset[tuple[str, str, float]] | None = None  # what conditions.json holds
         self._carried: dict[tuple[str, str], Condition] = {}  # baseline conditions not evaluated now
         self._drift_reason: str | None = None  # why drift is not evaluated, as last logged
+        # what the udev rules give the nodes, read while a node condition in UDEV_KINDS holds, and for which ones
+        self._udev: tuple[UdevNodeVerdict, ...] = ()
+        self._udev_for: frozenset[tuple[str, str]] = frozenset()
+        self._udev_at = 0.0
         # what the identity files said (exporter.sources.sysfs.FixedValues), kept while their directories exist
         self._fixed: FixedValues | None = None
+        # --devices.probe: open /dev/kfd and the render nodes KFD lists every collection (exporter.sources.probe)
+        self._prober = Prober() if config.devices_probe and creds is None else None
 
     def _load(self) -> tuple[Baseline | None, StateFileProblem | None]:
         try:
@@ -518,6 +537,11 @@ class DevicesSource:
 
         sysfs = read_sysfs(self._config.sysfs, with_state=False, fixed=self._fixed)
         devices = read_devices(self._config, sysfs, self._creds)
+        probe = None
+        if self._prober is not None:
+            devfs = self._config.devfs
+            targets = {n.path: devfs / n.path.removeprefix("/dev/") for n in compute_nodes(sysfs, devices)}
+            probe = self._prober.probe(targets)
         now = self._clock()
         baseline, problem = self._load()
         created = False
@@ -532,7 +556,21 @@ class DevicesSource:
                     log.info(EVENT_BASELINE_CREATED, path=str(self._store.path), gpus=len(baseline.gpus))
                 self._stamp = None
         self._log_drift(baseline, problem)
-        conditions, events = evaluate(sysfs, devices, baseline, self._previous_for(baseline), now)
+        devices = with_kfd_processes(self._config, devices, baseline)  # only while a group's gid drifted
+        previous = self._previous_for(baseline)
+        if self._udev:
+            devices = replace(devices, udev=self._udev)
+        conditions, events = evaluate(sysfs, devices, baseline, previous, now)
+        wrong = frozenset(c.key for c in conditions if c.active and c.kind in UDEV_KINDS)
+        if not wrong:
+            self._udev, self._udev_for = (), frozenset()
+        elif wrong != self._udev_for or now - self._udev_at >= UDEV_REFRESH_SECONDS:
+            # a node's mode, owner or group is wrong: say which rule sets it. The rules are read only then, and
+            # again when other nodes go wrong or every UDEV_REFRESH_SECONDS (a host with 0666 render nodes keeps
+            # world_writable active for good: one walk of the rules per interval would be its idle cost).
+            devices = with_udev(self._config, replace(devices, udev=()))
+            self._udev, self._udev_for, self._udev_at = devices.udev, wrong, now
+            conditions, events = evaluate(sysfs, devices, baseline, previous, now)
         if baseline is not None and not created and self._auto.boots > 0:
             accepted = self._auto_accept(sysfs, devices, conditions, now)
             if accepted is not None:
@@ -557,6 +595,7 @@ class DevicesSource:
             baseline_unreadable=problem if problem is not None and problem.state == "unreadable" else None,
             drift_evaluated=baseline is not None,
             state_files=tuple(files),
+            probe=probe,
         )
 
     def _auto_accept(

@@ -4,11 +4,12 @@ immutable cumulative ``KernelLogState``. In a non-root pod the FIFO is a kmsg-re
 their sequence numbers, so they get the same exactly-once and lost-record bookkeeping as ``/dev/kmsg`` itself.
 
 Exactly once: the cursor (boot id and last kmsg sequence number, or the followed file's device, inode and
-offset) is persisted in ``--state.dir`` together with the counts and the events still waiting for their
-lookahead, in one atomic write (temp file, fsync, rename, fsync dir). After a restart in the same boot the
-records up to the saved sequence number are skipped; on a new boot the whole ring buffer is counted. Counts
-are persisted too, so the counters continue across restarts and reboots; they reset only when the state file
-is lost or corrupt (a corrupt file is moved aside and reported in the state).
+offset) is persisted in ``--state.dir`` together with the counts, the events still waiting for their
+lookahead and the GPUs whose reset sequence is open (the classifier's state), in one atomic write (temp file,
+fsync, rename, fsync dir). After a restart in the same boot the records up to the saved sequence number are
+skipped; on a new boot the whole ring buffer is counted. Counts are persisted too, so the counters continue
+across restarts and reboots; they reset only when the state file is lost or corrupt (a corrupt file is moved
+aside and reported in the state).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from exporter.watchdog.kernel_rules import KernelRules, load_rules
 log = get_logger("kernel-log")
 
 CURSOR_FILE = "kernel-log-cursor.json"
+# What the operator does when the cursor cannot be written (the ``action`` of state_write_failed, as the other
+# state files' lines have one).
+CURSOR_UNSAVED_ACTION = (
+    "counting goes on in memory; what was counted since the last save is not kept across a restart (exactly-once "
+    "is lost): fix the owner and mode of --state.dir (writable by the exporter's user) or free the disk"
+)
 CURSOR_VERSION = 1
 MAX_WARNINGS = 20
 # A FIFO nobody writes to reads as end of file. Briefly normal (the kmsg-relay reconnects after the exporter
@@ -121,7 +128,7 @@ class CursorError(ValueError):
 class _Cursor:
     """What the cursor file keeps (a plain class: a dataclass costs every start about a millisecond)."""
 
-    __slots__ = ("aer", "boot_id", "counts", "file", "last", "last_seq", "pending", "records_lost")
+    __slots__ = ("aer", "boot_id", "counts", "file", "last", "last_seq", "pending", "records_lost", "resets")
 
     def __init__(self) -> None:
         self.boot_id: str | None = None
@@ -132,6 +139,8 @@ class _Cursor:
         self.records_lost = 0
         self.pending: list[KernelEvent] = []
         self.aer: dict[tuple[str, str], int] = {}  # (pci_bus, aer_severity) -> pcie_aer events
+        # GPUs whose reset sequence is open, with its kernel time (KernelClassifier.open_resets)
+        self.resets: tuple[tuple[str, float | None], ...] = ()
 
 
 def parse_cursor(text: str) -> _Cursor:
@@ -170,6 +179,10 @@ def parse_cursor(text: str) -> _Cursor:
         if not isinstance(pending, list) or not all(isinstance(e, dict) for e in pending):
             raise CursorError("bad pending events")
         cur.pending = [_event_from_json(e) for e in pending]
+        resets = doc.get("resets", [])  # absent in a cursor written before reset sequences were kept
+        if not isinstance(resets, list):
+            raise CursorError("bad open resets")
+        cur.resets = tuple((str(bus), None if began is None else float(began)) for bus, began in resets)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         if isinstance(exc, CursorError):
             raise
@@ -229,6 +242,7 @@ class KernelLogSource:
         self._backlog_bytes = 0  # read since the reader last found nothing new
         self._persisted_at: float | None = None  # time.monotonic() of the last cursor write
         self._watch: FileWatch | None = None
+        self._unread_seen: tuple[int, int, int] | None = None  # what wait() last saw unread (FileFollower.unread)
 
     # -- set-up -------------------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -319,6 +333,8 @@ class KernelLogSource:
             self._cursor.last_seq = None  # a new boot: sequence numbers restarted, the whole buffer is new
         self._cursor.boot_id = self._boot_id
         self.classifier.restore_pending(self._cursor.pending)
+        if not self._count_initial_gap:  # a reset open in an older boot ended with it
+            self.classifier.restore_open_resets(self._cursor.resets)
         self._loaded = True
 
     def _update_topology(self) -> None:
@@ -331,16 +347,22 @@ class KernelLogSource:
     def _event_time(self, event: KernelEvent, now: float) -> float:
         if event.wall_time is not None:
             return event.wall_time
-        if self._kind == "kmsg" and event.monotonic_seconds is not None:
-            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend)
-            return min(now, now - self._mono() + event.monotonic_seconds)
+        mono = event.monotonic_seconds
+        if mono is not None and (self._kind == "kmsg" or (self._kind == "fifo" and event.seq is not None)):
+            # printk timestamps and CLOCK_MONOTONIC both count from boot (neither counts suspend). A FIFO's kmsg
+            # records (sequence numbers: the kmsg-relay's) come from this node's kernel, whose clock this container
+            # shares: the health verdict's window needs their own time, not when they were read (a relay replays
+            # the whole ring buffer to a new reader). A record later than our clock is from no clock of ours.
+            mono_now = self._mono()
+            if self._kind == "kmsg" or mono <= mono_now:
+                return min(now, now - mono_now + mono)
         return now
 
     def _count(self, events: Sequence[KernelEvent], now: float) -> None:
         if not events:
             return
         counts, last, aer = self._cursor.counts, self._cursor.last, self._cursor.aer
-        kmsg = self._kind == "kmsg"
+        kmsg = self._kind in ("kmsg", "fifo")  # a FIFO's records carry the kernel clock when they are kmsg's
         get = counts.get
         for event in events:
             key = (event.pci_bus, event.event_class)
@@ -408,6 +430,10 @@ class KernelLogSource:
         pending = [e for e, _ in self.classifier.pending()]
         if pending != self._cursor.pending:
             self._cursor.pending = pending
+            self._dirty = True
+        resets = self.classifier.open_resets()
+        if resets != self._cursor.resets:
+            self._cursor.resets = resets
             self._dirty = True
         if self._dirty and self._persist_due() <= 0:
             self._persist()
@@ -489,6 +515,12 @@ class KernelLogSource:
                 timeout = min(timeout, FALLBACK_POLL_SECONDS)
             else:
                 fds.append(watch_fd)
+            # Armed first, then looked at: a write before the arming is seen here, one after it wakes the poll. The
+            # same unread state twice (a file the follower does not switch to yet) waits for the watch, not a spin.
+            unread = reader.unread()
+            if unread is not None and unread != self._unread_seen:
+                timeout = 0.0
+            self._unread_seen = unread
         wait_readable(fds, timeout)
         if self._watch is not None:
             self._watch.drain()
@@ -505,6 +537,7 @@ class KernelLogSource:
             "records_lost": cur.records_lost,
             "aer": [[b, sev, n] for (b, sev), n in sorted(cur.aer.items())],
             "pending": [_event_to_json(e) for e in cur.pending],
+            "resets": [[b, t] for b, t in cur.resets],
         }
         try:
             write_atomic(self.cursor_path, json.dumps(doc, indent=1).encode())
@@ -513,7 +546,13 @@ class KernelLogSource:
             # when it recovers, and in rocm_watchdog_state_file_unsaved.
             error = f"{exc.strerror or exc}"
             if self._unsaved_error != error:
-                log.error("state_write_failed", file=CURSOR_FILE, path=str(self.cursor_path), error=error)
+                log.error(
+                    "state_write_failed",
+                    file=CURSOR_FILE,
+                    path=str(self.cursor_path),
+                    error=error,
+                    action=CURSOR_UNSAVED_ACTION,
+                )
             self._unsaved_error = error
             self._persisted_at = time.monotonic()  # tried: again in PERSIST_EVERY_SECONDS, not in a busy loop
             return

@@ -185,6 +185,19 @@ class FileFollower:
         self._lineno = 0
         self._notes: list[str] = []  # what rotation handling did, for the source's warnings
 
+    def unread(self) -> tuple[int, int, int] | None:
+        """The path's (device, inode, size) when it names another file than the one read, or the file has bytes
+        this follower has not read; None when all is read. What a watch armed after the last read cannot tell: a
+        write between that read and the arming raises no event."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None  # gone for now: the directory's watch sees it come back
+        now = (st.st_dev, st.st_ino, st.st_size)
+        if (st.st_dev, st.st_ino) != self._ident or st.st_size != self.offset + len(self._partial):
+            return now
+        return None
+
     # -- identity -------------------------------------------------------------------------------------------
     def cursor(self) -> dict[str, object]:
         return {"dev": self._ident[0], "ino": self._ident[1], "offset": self.offset, "fp": self._fp,

@@ -6,7 +6,8 @@ never calls it. The AMD device plugin (ROCm/k8s-device-plugin) advertises a GPU 
 MI300-class partition by the name of its platform device (``amdgpu_xcp.N``); the collector joins those ids to
 GPUs, and GPUs to KFD processes (``exporter.metrics.gpu.pod_families``).
 
-grpcio is an optional dependency (``pip install 'rocm-watchdog[kubernetes]'``), imported on the first run of
+grpcio is an optional dependency (the ``kubernetes`` extra, which the image installs; elsewhere
+``<venv>/bin/python -m pip install 'grpcio>=1.60'``, as ``grpcio_hint`` says), imported on the first run of
 the source, never when it is off. The reply is decoded by ``exporter.parsers.podresources`` (no protobuf
 runtime). Every call has a deadline (``--kubernetes.timeout``); a failure (no grpcio, no socket, kubelet down,
 deadline, a reply that does not decode) is a ``SourceError``: the health series and one log line say it.
@@ -14,6 +15,7 @@ deadline, a reply that does not decode) is a ``SourceError``: the health series 
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -40,13 +42,23 @@ def _raw_reply(data: bytes) -> bytes:
     return data  # decoded after the call, so that a bad reply is a clear SourceError, not a gRPC internal error
 
 
+GRPCIO_REQUIREMENT = "grpcio>=1.60"  # pyproject.toml's kubernetes extra (a test keeps them equal)
+
+
+def grpcio_hint(executable: str = sys.executable, prefix: str = sys.prefix) -> str:
+    """What to run to get grpcio where this exporter is installed: its own interpreter's pip (the project is
+    installed from a checkout or a wheelhouse, not from an index by name)."""
+    return (
+        f"--collector.kubernetes needs grpcio, which is not installed in {prefix}: install it there with "
+        f"{executable} -m pip install '{GRPCIO_REQUIREMENT}' (the kubernetes extra; the image has it)"
+    )
+
+
 def _import_grpc() -> ModuleType:
     try:
         import grpc
     except ImportError as exc:
-        raise SourceError(
-            f"--collector.kubernetes needs grpcio: pip install 'rocm-watchdog[kubernetes]' ({exc})"
-        ) from None
+        raise SourceError(f"{grpcio_hint()} ({exc})") from None
     return grpc
 
 

@@ -4,9 +4,10 @@ PIDs and per-GPU VRAM come from KFD's own sysfs (``class/kfd/kfd/proc/<pid>/vram
 itself reads) and from the process lists of the last rocm-smi / amd-smi runs. A KFD ``gpu_id`` names a GPU
 through the KFD topology read in the same pass (``topology/nodes/<N>/gpu_id`` and the node's PCI location), so
 the per-GPU figures are keyed by PCI address; amd-smi's per-GPU entries are placed through its own GPU list.
-Enrichment reads the kernel's ``comm`` name, the owner (named from the host's ``etc/passwd`` under
---path.rootfs, so a container sees host names) and the cgroup (container id, Kubernetes pod UID, Slurm job and
-step). Never the command line or the environment: they hold secrets.
+Enrichment reads the kernel's ``comm`` name, the start time (``stat`` starttime after ``/proc/stat`` btime: the
+health verdict asks whether a process opened a render node before it was renumbered), the owner (named from the
+host's ``etc/passwd`` under --path.rootfs, so a container sees host names) and the cgroup (container id, Kubernetes
+pod UID, Slurm job and step). Never the command line or the environment: they hold secrets.
 
 Every file is read with ``deadline.read_regular`` (``O_NONBLOCK``, regular files only), so a FIFO or device node
 in place of a procfs or KFD file cannot block the source; a read that blocks inside a regular file (a process
@@ -25,7 +26,7 @@ from exporter.model import ParseError
 from exporter.model.processes import ProcessGpu, ProcessInfo, ProcessSnapshot
 from exporter.model.smi import SmiReport
 from exporter.parsers.common import normalize_bdf, parse_int
-from exporter.parsers.host import parse_cgroup, parse_passwd_file
+from exporter.parsers.host import parse_boot_time, parse_cgroup, parse_passwd_file, parse_stat_start_ticks
 from exporter.parsers.slurm import parse_slurm_cgroup
 from exporter.parsers.sysfs import kfd_node_from_properties, parse_kfd_properties
 from exporter.sources import SourceError, deadline
@@ -115,6 +116,15 @@ def tool_process_gpus(reports: Sequence[SmiReport]) -> dict[int, tuple[ProcessGp
     return merged
 
 
+def _own_pid(procfs: Path) -> int:
+    """This process's pid as the host's procfs numbers it (KFD names its processes by those): ``<procfs>/self``
+    resolves in the pid namespace of that procfs, which is the host's when --path.procfs is the host's /proc."""
+    try:
+        return int(os.readlink(procfs / "self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 class ProcessesSource:
     name = "processes"
 
@@ -123,6 +133,9 @@ class ProcessesSource:
         self._procfs = config.procfs
         self._passwd = config.rootfs / "etc" / "passwd"
         self._smi_reports = smi_reports
+        # --devices.probe opens /dev/kfd every devices interval: a KFD process of the exporter's own, left out
+        self._own_pid = _own_pid(config.procfs) if config.devices_probe else None
+        self._clock_ticks = os.sysconf("SC_CLK_TCK")  # what /proc/<pid>/stat's starttime counts in
 
     def collect(self) -> ProcessSnapshot:
         if not self._procfs.is_dir():
@@ -133,12 +146,15 @@ class ProcessesSource:
         smi = tool_processes(reports)
         smi_gpus = tool_process_gpus(reports)
         users, _ = parse_passwd_file(_read(self._passwd, _MAX_PASSWD_READ) or "")
+        boot = parse_boot_time(_read(self._procfs / "stat") or "") if kfd or smi else None
         infos = []
         if kfd or smi:
             import psutil  # only once a GPU process is seen: 7 ms of imports an idle node's start-up does without
 
             psutil.PROCFS_PATH = str(self._procfs)
         for pid in sorted(set(kfd) | set(smi)):
+            if pid == self._own_pid:
+                continue
             per_gpu = kfd.get(pid, ())
             known = [vram for _, vram in per_gpu if vram is not None]
             kfd_vram = sum(known) if known else None
@@ -155,6 +171,7 @@ class ProcessesSource:
             cgroup = _read(self._procfs / str(pid) / "cgroup")
             container, pod = parse_cgroup(cgroup or "")
             job, step = parse_slurm_cgroup(cgroup or "")
+            ticks = parse_stat_start_ticks(_read(self._procfs / str(pid) / "stat") or "")
             infos.append(
                 ProcessInfo(
                     pid=pid,
@@ -168,6 +185,7 @@ class ProcessesSource:
                     cgroup_known=cgroup is not None,
                     slurm_job_id=job,
                     slurm_step=step,
+                    start_time=boot + ticks / self._clock_ticks if boot is not None and ticks is not None else None,
                 )
             )
         return ProcessSnapshot(tuple(infos))

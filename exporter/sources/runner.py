@@ -53,6 +53,7 @@ class CommandResult(msgspec.Struct, frozen=True):
     timed_out: bool = False
     truncated: bool = False  # stdout or stderr went over max_bytes; the rest was discarded
     error: str | None = None  # why it could not be started (not found, permission denied)
+    not_found: bool = False  # it could not be started because the executable does not exist
 
     @property
     def ok(self) -> bool:
@@ -101,7 +102,15 @@ def run(
             close_fds=True,
         )
     except OSError as exc:
-        return CommandResult(args, None, "", "", time.monotonic() - start, error=f"{exc.strerror or exc}: {args[0]}")
+        return CommandResult(
+            args,
+            None,
+            "",
+            "",
+            time.monotonic() - start,
+            error=f"{exc.strerror or exc}: {args[0]}",
+            not_found=isinstance(exc, FileNotFoundError),
+        )
     finally:
         with _running_lock:
             _starting -= 1

@@ -29,7 +29,7 @@ from exporter.parsers.amd_smi import (
     parse_amd_smi_help,
 )
 from exporter.parsers.rocm_smi import completeness, parse_rocm_smi, supports_json
-from exporter.sources import SourceError
+from exporter.sources import SourceAbsent, SourceError
 from exporter.sources.runner import CommandResult, run
 
 log = get_logger("smi")
@@ -51,10 +51,15 @@ def _default_runner(argv: Sequence[str], timeout: float) -> CommandResult:
     return run(argv, timeout)
 
 
+class ToolNotInstalled(SourceError):
+    """The tool's executable does not exist (not installed, or --amd-smi.path / --rocm-smi.path names nothing)."""
+
+
 def _check_ran(result: CommandResult, tool: str) -> None:
     """Turn a run that produced nothing usable into a SourceError with a clear message."""
     if result.error is not None:
-        raise SourceError(f"{tool} could not be started: {result.error}")
+        error = ToolNotInstalled if result.not_found else SourceError
+        raise error(f"{tool} could not be started: {result.error}")
     if result.timed_out:
         raise SourceError(f"{tool} timed out after {result.duration_seconds:.1f}s and was killed")
     if result.truncated:
@@ -226,6 +231,7 @@ class AutoSmiSource:
     chosen the other is not in use and has no ``up`` series."""
 
     names = (AmdSmiSource.name, RocmSmiSource.name)
+    absent_label = "smi"  # rocm_watchdog_source_absent{source="smi"} while neither tool is installed
 
     def __init__(self, config: Config, runner: Runner = _default_runner) -> None:
         self._config = config
@@ -233,6 +239,7 @@ class AutoSmiSource:
         self._candidates = self._fresh()
         self._chosen: AmdSmiSource | RocmSmiSource | None = None
         self._failures = 0
+        self._absent = False  # said once when neither tool is installed, again when that changes
 
     def _fresh(self) -> tuple[AmdSmiSource, RocmSmiSource]:
         """New candidates, so each probes its tool again (it may be back as another version)."""
@@ -257,17 +264,30 @@ class AutoSmiSource:
                 self._failures = 0
                 return report
         errors: dict[str, str] = {}
+        missing: dict[str, str] = {}
         for candidate in self._candidates:
             try:
                 report = candidate.collect()
+            except ToolNotInstalled as exc:
+                missing[candidate.name] = str(exc)
+                continue
             except SourceError as exc:
                 errors[candidate.name] = str(exc)
                 continue
-            self._chosen = candidate
+            self._chosen, self._absent = candidate, False
             log.info("tool_selected", source=candidate.name)
             return report
-        # Each tool's own failure under its own name: the one that is missing says so, the other says its error.
-        message = "no working GPU tool: " + " | ".join(f"{name}: {error}" for name, error in errors.items())
+        if not errors:  # neither is installed: the GPUs are read from sysfs alone, which is no failure
+            message = "neither amd-smi nor rocm-smi is installed: GPUs are read from sysfs only"
+            if not self._absent:
+                log.info("smi_tool_absent", message=message, tried=" | ".join(missing.values()))
+            self._absent, self._candidates = True, self._fresh()
+            raise SourceAbsent(message, self.absent_label)
+        # An installed tool that fails is a failure, under its own name (a missing one has no series).
+        self._absent = False
+        message = "no working GPU tool: " + " | ".join(
+            f"{name}: {error}" for name, error in {**errors, **missing}.items()
+        )
         raise SourceError(message, by_source=errors)
 
     def close(self) -> None:

@@ -22,8 +22,9 @@ from typing import Literal
 import msgspec
 
 from exporter.model.devices import Severity
+from exporter.watchdog.health_reasons import HEALTH_REASONS as HEALTH_REASONS  # the GPU verdict's table, beside this
 
-Scope = Literal["gpu", "node", "group", "drm"]
+Scope = Literal["gpu", "node", "group", "drm", "process"]
 
 ALERT_GENERIC = "RocmDeviceCondition"
 
@@ -47,6 +48,16 @@ _RESTART_PINNED = (
     "and GPU-<uuid> values); " + _ACCEPT
 )
 
+# What caches a GPU's partition layout (ROCm/gpu-operator#420: nothing said so after a profile change).
+_PARTITION_RESTART = (
+    "the partition layout of {subject} changed; restart what cached the old one: the AMD device plugin "
+    "(`kubectl -n kube-amd-gpu rollout restart ds/<device-plugin>`, or its systemd unit) and the node labeller "
+    "(`kubectl -n kube-amd-gpu rollout restart ds/<node-labeller>`), which advertise the old partition count, and "
+    "the workloads on this GPU's partitions; rocm-watchdog's own attribution (processes and pods per partition) "
+    "re-reads the layout on its next sysfs and processes runs, but pods keep the old amdgpu_xcp device ids until "
+    "recreated; then " + _ACCEPT
+)
+
 KINDS: MappingProxyType[str, ConditionKind] = MappingProxyType(
     {
         # GPU identity against the baseline (subject: pci_bus)
@@ -68,7 +79,7 @@ KINDS: MappingProxyType[str, ConditionKind] = MappingProxyType(
             "warning",
             "gpu",
             True,
-            "restart the workloads and device plugin that use this GPU's partitions; " + _ACCEPT,
+            _PARTITION_RESTART,
         ),
         # device nodes against the baseline (subject: host path)
         "node_missing": ConditionKind(
@@ -96,6 +107,15 @@ KINDS: MappingProxyType[str, ConditionKind] = MappingProxyType(
             True,
             "give containers the new gid: `docker run --group-add {now}`, Kubernetes "
             "`securityContext.supplementalGroups: [{now}]`; then " + _ACCEPT,
+            "RocmRenderGroupGidChanged",
+        ),
+        # a consequence of group_gid_drift only (subject: "pid <pid>"): it alerts through its cause
+        "process_lost_group": ConditionKind(
+            "critical",
+            "process",
+            False,
+            "restart the workload (pid {pid}, {name}) with the new gid: `docker run --group-add {gid}`, Kubernetes "
+            "`securityContext.supplementalGroups: [{gid}]` (a running process keeps the groups it started with)",
             "RocmRenderGroupGidChanged",
         ),
         "drm_device_added": ConditionKind("warning", "drm", True, _RESTART_PINNED),

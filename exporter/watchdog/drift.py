@@ -376,11 +376,17 @@ def _policy_checks(c: _Checks, devices: DevicesSnapshot) -> None:
     kfd = next((n for n in present if n.kind == "kfd"), None)
     if kfd is not None and kfd.gid is not None and renders:
         other = sorted({n.gid for n in renders if n.gid is not None and n.gid != kfd.gid})
+        counts = Counter(n.gid for n in renders)
+        have = ", ".join(
+            f"{n} of {len(renders)} gid {gid} ({_group_name(devices, gid)})"
+            for gid, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] or 0))
+        )
         c.add(
             "kfd_render_group_split",
             kfd.path,
             bool(other),
-            f"/dev/kfd has gid {kfd.gid} ({kfd.group}) but render nodes have gid {other}: a process needs both groups",
+            f"/dev/kfd has gid {kfd.gid} ({_group_name(devices, kfd.gid)}) but the render nodes have: {have}: a "
+            "process needs both groups",
             kfd_gid=kfd.gid,
             render_gids=",".join(map(str, other)),
         )
@@ -396,6 +402,11 @@ def _policy_checks(c: _Checks, devices: DevicesSnapshot) -> None:
                 shown = _mode(value) if attr == "mode" else value
                 usual = _mode(common) if attr == "mode" else common
                 c.add(rule, n.path, value != common, f"{n.path}: {attr} {shown} while other {kind} nodes have {usual}")
+
+
+def _group_name(devices: DevicesSnapshot, gid: int | None) -> str:
+    names = dict(devices.gid_names)
+    return names.get(gid, "no name") if gid is not None else "?"
 
 
 def _by_path_checks(c: _Checks, devices: DevicesSnapshot) -> None:
@@ -535,6 +546,52 @@ def _attribute_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) 
             f.message += f" ({len(affected)} device nodes affected)"
 
 
+def _attribute_lost_groups(c: _Checks, devices: DevicesSnapshot, baseline: Baseline) -> None:
+    """A process keeps the supplementary groups it started with: after a host group's gid changed, each running KFD
+    process (``devices.kfd_processes``, read only then) that lacks the new gid of a node it needs is a consequence
+    of the change, named by pid, process name and pod."""
+    for (kind, group), f in list(c.found.items()):
+        if kind != "group_gid_drift" or not f.active:
+            continue
+        old = dict(baseline.groups).get(group)
+        new = devices.host_gid(group)
+        renders = [n for n in devices.nodes if n.kind == "render" and n.exists]
+        kfd = devices.node(KFD_PATH)
+        needed = [n for n in ([kfd] if kfd is not None and kfd.exists else []) + renders]
+        # the nodes this group opens: their gid is the new one and "other" alone would not let the process in
+        gated = [n.path for n in needed if n.gid == new and new is not None and (n.mode or 0) & 0o006 != 0o006]
+        if not gated:
+            continue
+        lost: list[str] = []
+        for p in devices.kfd_processes:
+            if p.groups is None or p.uid == 0 or new in p.groups or p.gid == new:
+                continue
+            subject = f"pid {p.pid}"
+            who = f"pid {p.pid} ({p.name or '?'}" + (f", pod {p.pod_uid}" if p.pod_uid else "") + ")"
+            kept = old is not None and old in p.groups
+            c.add(
+                "process_lost_group",
+                subject,
+                True,
+                f"{who} runs without the {group} group's new gid {new}"
+                + (f" (it still has the old gid {old})" if kept else "")
+                + f": it cannot open {', '.join(gated)} again (a new process or a re-initialised runtime fails)",
+                pid=p.pid,
+                name=p.name,
+                pod_uid=p.pod_uid,
+                container_id=p.container_id,
+                group=group,
+                gid=new,
+                old_gid=old,
+                groups=",".join(map(str, p.groups)),
+            )
+            if c.caused_by(("process_lost_group", subject), (kind, group)):
+                lost.append(who)
+        if lost:
+            f.details["processes"] = ", ".join(lost)
+            f.message += f"; {len(lost)} running GPU process(es) lost the group: " + ", ".join(lost)
+
+
 # Node conditions that one change makes on many nodes at once (a lost udev rule): the same kind with the same
 # values is one condition on the first node, the others its consequences.
 _SAME_CHANGE = {
@@ -565,6 +622,65 @@ def _attribute_same_change(c: _Checks) -> None:
         f = c.found[root]
         if "nodes" in f.details:
             f.message += f" (and the same on {f.details['nodes'].count(',')} more nodes)"
+
+
+# The rules a node breaks because its group is wrong: consequences of the change (gid_drift) or of the wrong group
+_NODE_GROUP_RULES = ("gid_drift", "group_not_render_or_video", "gid_has_no_name", "group_inconsistent")
+
+
+def _attribute_node_groups(c: _Checks, devices: DevicesSnapshot) -> None:
+    """One node's group changed (a ``chgrp``): one cause on that node, its gid drift when there is a baseline, else
+    the wrong group. The other group rules it breaks, and the /dev/kfd-render split it makes, are consequences."""
+    roots: dict[str, tuple[str, str]] = {}
+    for kind in _NODE_GROUP_RULES:
+        for (k, path), f in c.found.items():
+            if k == kind and f.active and path not in roots:
+                roots[path] = (k, path)
+    for path, root in roots.items():
+        for kind in _NODE_GROUP_RULES:
+            if kind != root[0]:
+                c.caused_by((kind, path), root)
+    split = ("kfd_render_group_split", KFD_PATH)
+    if not c.active(split):
+        return
+    odd = {g for g in c.found[split].details.get("render_gids", "").split(",") if g}
+    for path, root in sorted(roots.items(), key=lambda kv: kv[0] != KFD_PATH):
+        node = devices.node(path)
+        if path == KFD_PATH or (node is not None and str(node.gid) in odd):
+            c.caused_by(split, root)
+            return
+
+
+# Node conditions a udev rule decides: each names what the rules give the node and the file and line that set it
+# (``devices.udev``, read by check, and by the devices source only while one of these holds).
+UDEV_KINDS = frozenset(
+    {
+        "mode_drift",
+        "uid_drift",
+        "gid_drift",
+        "world_writable",
+        "group_not_render_or_video",
+        "gid_has_no_name",
+        "kfd_render_group_split",
+        "mode_inconsistent",
+        "group_inconsistent",
+    }
+)
+
+
+def _attribute_udev(c: _Checks, devices: DevicesSnapshot) -> None:
+    if not devices.udev:
+        return
+    for (kind, path), f in c.found.items():
+        if kind not in UDEV_KINDS or not f.active:
+            continue
+        v = devices.udev_verdict(path)
+        if v is None:
+            continue
+        f.details["udev_gives"] = v.gives
+        f.details["udev_rule"] = v.sources or "none"
+        f.details["udev_cause"] = v.cause
+        f.message += f" (udev: {v.summary()})"
 
 
 def _resolve(cause: tuple[str, str] | None, found: dict[tuple[str, str], _Found]) -> tuple[str, str] | None:
@@ -617,21 +733,37 @@ def _transitions(
             name = EVENT_CONDITION_STARTED if f.active else EVENT_CONDITION_CLEARED
             if f.active and kind == "unique_id_changed":
                 name = EVENT_HARDWARE_CHANGED
-            msg = f.message if f.active else (p.message if p else "")
-            fields = details or (p.details if p else ())
             was = cause if f.active else (p.cause if p else None)
-            events.append(WatchEvent(name, kind, subject, now, severity, msg, fields, gpu, was))
+            if f.active:
+                events.append(WatchEvent(name, kind, subject, now, severity, f.message, details, gpu, was))
+            else:  # what it is now; the start message as ``was`` (its details are the start line's)
+                msg, fields = _cleared(kind, subject, p, evaluated=True)
+                events.append(WatchEvent(name, kind, subject, now, severity, msg, fields, gpu, was))
     for key, p in prev.items():
         if key in found or not p.active:
             continue
         # no longer evaluated (the GPU or node is gone, or the baseline is): it no longer holds
         conditions.append(Condition(p.kind, p.subject, False, now, p.severity, pci_bus=p.pci_bus))
+        msg, fields = _cleared(p.kind, p.subject, p, evaluated=False)
         events.append(
-            WatchEvent(
-                EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, p.message, p.details, p.pci_bus, p.cause
-            )
+            WatchEvent(EVENT_CONDITION_CLEARED, p.kind, p.subject, now, p.severity, msg, fields, p.pci_bus, p.cause)
         )
     return tuple(conditions), tuple(events)
+
+
+def _cleared(
+    kind: str, subject: str, previous: Condition | None, evaluated: bool
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The message of a ``device_condition_cleared`` event, saying what holds now, and its fields: ``was``, the
+    message the condition started with."""
+    if not evaluated:
+        text = f"{kind} of {subject} cleared: it is not evaluated now (its GPU or device node is gone, or no baseline)"
+    elif CONDITION_KINDS[kind].baseline:
+        text = f"{kind} of {subject} cleared: it agrees with the baseline now"
+    else:
+        text = f"{kind} of {subject} cleared: the check passes now"
+    was = previous.message if previous is not None else ""
+    return text, (("was", was),) if was else ()
 
 
 def evaluate(
@@ -655,8 +787,11 @@ def evaluate(
         _attribute_partitions(c, sysfs, baseline)
         _attribute_nodes(c, sysfs, baseline)
         _attribute_groups(c, devices, baseline)
+        _attribute_lost_groups(c, devices, baseline)
         _attribute_renumbering(c)
     _attribute_same_change(c)
+    _attribute_node_groups(c, devices)
+    _attribute_udev(c, devices)
     return _transitions(c.found, node_owners(sysfs, baseline), previous, now)
 
 

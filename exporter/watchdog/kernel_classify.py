@@ -7,6 +7,14 @@ group: ``amdgpu: probe of 0000:43:00.0 failed``), then the single-GPU rule (exac
 6.12) instead waits up to ``seconds`` for the next event of the lookahead class (``GPU reset begin!``) and takes
 its device. ``pcie_aer`` lines count only when the AER source is a known GPU or a port directly above one.
 
+Reset sequences (contract section 2): a GPU's reset is open from its ``GPU reset begin!`` to its
+``GPU reset(N) succeeded!`` or failure. An unprefixed ``VRAM is lost due to GPU reset!`` (most kernels print it
+with ``DRM_INFO``) on a log naming several GPUs goes to the GPU whose reset is the only one open; with two open (a
+hive reset) or none it stays ``unknown``. The open resets are state like the pending lookaheads: the source
+persists them with its cursor (``open_resets``/``restore_open_resets``), so a restart between the reset line and
+the VRAM line attributes it all the same. A reset left open longer than ``RESET_OPEN_MAX_SECONDS`` of kernel time
+(its end was lost) is closed.
+
 Multi-line events count once on their anchor. Detail lines stay with the last anchor of the same device and
 never count; a detail line with no open event (the log window began in the middle of an event) is dropped
 and counted in ``orphan_details``: counting it as an anchor would count a fault whose header we never saw
@@ -48,6 +56,13 @@ RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no
 # Messages whose match is remembered, at most: two halves, the older dropped when the newer is full (a message
 # used again is kept), so a storm of unique texts does not empty the cache of the texts it keeps repeating.
 MATCH_CACHE_SIZE = 4096
+# Reset sequences: the class that opens one, those that close it, and the classes attributed by the open one.
+RESET_OPENS = "gpu_reset_begin"
+RESET_CLOSES = frozenset({"gpu_reset_succeeded", "gpu_reset_failed"})
+_RESET_MARKS = RESET_CLOSES | {RESET_OPENS}
+BY_OPEN_RESET = frozenset({"vram_lost"})
+# A mode1 reset of an MI300X takes seconds, a hive reset a minute: an open reset older than this lost its end.
+RESET_OPEN_MAX_SECONDS = 600.0
 
 
 _AER_UNCORRECTED = r"Uncorrect(?:ed|able) \((Non-)?Fatal\)"  # compiled when first needed (re keeps it)
@@ -241,6 +256,8 @@ class KernelClassifier:
         self._pending: list[_Pending] = []
         self._last_anchor: dict[str, _Anchor] = {}
         self._last_of_class: dict[tuple[str, str], _Anchor] = {}
+        # GPU -> kernel time (monotonic seconds, None in a log without them) its open reset began
+        self._open_resets: dict[str, float | None] = {}
         # The plans of the messages matched lately, newer and older half (see MATCH_CACHE_SIZE).
         self._plans: dict[str, _Plan] = {}
         self._older_plans: dict[str, _Plan] = {}
@@ -399,6 +416,8 @@ class KernelClassifier:
                 last_anchor[device] = last_anchor[""] = anchor
                 last_of_class[key] = last_of_class[key_any] = anchor
                 append(event(item.line, cls, device, severity, message, mono, count, item.seq, item.wall_time))
+                if cls in _RESET_MARKS:
+                    self._mark_reset(cls, device, mono)
             elif code == _DETAIL:
                 found = last_anchor.get(device)
                 if found is None or found[0] not in classes:
@@ -439,6 +458,8 @@ class KernelClassifier:
             prior = self._last_of_class.get((rule.event_class, key))
             if prior is not None and self._within(prior, record, rule.followup_seconds):
                 return  # restates the event just counted
+        if device is None and rule.event_class in BY_OPEN_RESET:
+            device = self._only_open_reset(record)
         if device is None and rule.lookahead_class is not None:
             self._pending.append(_Pending(self._event(record, match, rule, UNKNOWN_DEVICE), rule, self._index))
             self._remember("", rule.event_class, record)
@@ -447,6 +468,36 @@ class KernelClassifier:
             out.extend(self._resolve(rule.event_class, device))
         self._remember(device or "", rule.event_class, record)
         out.append(self._event(record, match, rule, device or UNKNOWN_DEVICE))
+        if device is not None and rule.event_class in _RESET_MARKS:
+            self._mark_reset(rule.event_class, device, record.monotonic_seconds)
+
+    def _mark_reset(self, event_class: str, device: str, monotonic: float | None) -> None:
+        if event_class == RESET_OPENS:
+            self._open_resets[device] = monotonic
+        else:
+            self._open_resets.pop(device, None)
+
+    def _only_open_reset(self, record: KernelRecord) -> str | None:
+        """The GPU whose reset is the only one open at ``record`` (resets that lost their end closed first)."""
+        now = record.monotonic_seconds
+        if now is not None:
+            for gpu, began in list(self._open_resets.items()):
+                # an older boot's reset (the kernel clock went back) or one whose end never came
+                if began is not None and not 0 <= now - began <= RESET_OPEN_MAX_SECONDS:
+                    del self._open_resets[gpu]
+        if len(self._open_resets) != 1:
+            return None
+        return next(iter(self._open_resets))
+
+    def open_resets(self) -> tuple[tuple[str, float | None], ...]:
+        """The GPUs whose reset sequence is open, with the kernel time it began (persisted with the cursor)."""
+        return tuple(sorted(self._open_resets.items()))
+
+    def restore_open_resets(self, resets: Iterable[tuple[str, float | None]]) -> None:
+        for gpu, began in resets:
+            bdf = normalize_bdf(gpu)
+            if bdf is not None:
+                self._open_resets[bdf] = began
 
     def skip(self, records: SkippedRecords) -> list[KernelEvent]:
         """Records in which no rule literal occurs: what ``feed`` would do with each, without classifying them.

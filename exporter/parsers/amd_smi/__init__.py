@@ -7,7 +7,9 @@ Formats (``research/smi-formats.md`` section 2, and the captures in ``fixtures/s
   top-level ``gpu_data`` key (amd-smi >= 26). Numbers are plain or ``{"value": N, "unit": "..."}``.
 - ``text_blocks``: YAML-like blocks, ``GPU: N`` at column 0 then indented ``KEY: value`` / ``KEY:`` sub-blocks;
   ``topology_tables``: for ``topology`` (ROCm >= 6.1) ``<NAME> TABLE:`` matrices whose rows and columns are
-  BDFs, plus a Legend; ``monitor_tables``: the tables of ``amd-smi monitor`` and ``monitor --process``.
+  BDFs, plus a Legend; ``monitor_tables``: the tables of ``amd-smi monitor`` and ``monitor --process``
+  (``-q`` too); ``partition_tables``: the ``GPU_ID``-keyed tables of ``amd-smi partition`` (ROCm >= 6.4), with
+  blank, ``N/A`` and comma-list cells and star-framed warning boxes.
 - ``default_view``: the default view of plain ``amd-smi`` (amd-smi >= 26, ROCm 7): box-drawn tables, a two-line
   entry per GPU (BDF and name; index and ``used/total MB``) and a ``Processes:`` box; borders never reach a value.
 - Either may be preceded by tool messages (``WARNING: User is missing ...``, ``Fail to open libdrm...``),

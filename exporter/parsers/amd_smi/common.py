@@ -151,7 +151,11 @@ def _gpu_index(raw: object) -> int | None:
 
 # Cells of amd-smi's right-aligned tables (``monitor``, the default view's ``Processes:`` box) hold a value and
 # its unit (``305 W``, ``97 %``, ``3.0/191.7 GB``, ``2.9/ 15.9 GB``, ``0 ns``): they are read as value+unit tokens.
-_UNITS = r"(?:W|mW|kW|°C|C|°F|MHz|GHz|%|B|KB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB|ns|us|ms|s|mV|V|GT/s|RPM)"
+# Rates too (``PCIE_BW`` ``N/A Mb/s``): a unit after N/A stays in its cell.
+_UNITS = (
+    r"(?:W|mW|kW|°C|C|°F|MHz|GHz|%|B|KB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB|ns|us|ms|s|mV|V|GT/s|RPM"
+    r"|b/s|Kb/s|Mb/s|Gb/s|Tb/s|B/s|KB/s|MB/s|GB/s|TB/s|bps|Kbps|Mbps|Gbps)"
+)
 _CELL = re.compile(
     r"(?P<usage>\d+(?:\.\d+)?/\s*\d+(?:\.\d+)?(?:\s+" + _UNITS + r")?(?!\S))"
     r"|(?P<plain>\S+(?:\s+" + _UNITS + r"(?!\S))?)"

@@ -24,10 +24,11 @@ from exporter.parsers.amd_smi.common import (
     _size_bytes,
     _text,
 )
-from exporter.parsers.common import is_missing, normalize_bdf
+from exporter.parsers.common import is_missing, normalize_bdf, unique_id_form
 
 _GPU_KEY = re.compile(r"^gpu_(?P<index>[0-9]{1,9})$")
 _NO_PROCESSES = "no running processes detected"
+_ZERO_ID = re.compile(r"^(?:0[xX])?0+$")
 
 
 def _interpret_gpu(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
@@ -70,8 +71,7 @@ def _interpret_gpu(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
     if isinstance(asic, Mapping):
         out.set_gpu(index, "model", _text(asic.get("market_name")))
         out.set_gpu(index, "device_id", _hex_id(asic.get("device_id")))
-        serial = _hex_id(asic.get("asic_serial"))
-        out.set_gpu(index, "unique_id", serial)
+        out.set_gpu(index, "unique_id", _unique_id(asic.get("asic_serial"), out, where))
     vbios = obj.get("vbios")
     if isinstance(vbios, Mapping):
         out.set_gpu(index, "vbios", _text(vbios.get("version")))
@@ -86,10 +86,51 @@ def _interpret_gpu(obj: Mapping[str, Any], index: int, out: _Builder) -> None:
         entries = list(info) if isinstance(info, _Multi) else [info]
         _interpret_processes([{"process_info": e} for e in entries], index, out)
 
+    _partition(obj, index, out, where)
     _interpret_old_topology(obj, index, out)
     links = obj.get("links")
     if isinstance(links, list):
         _interpret_links(links, index, out)
+
+
+def _unique_id(raw: object, out: _Builder, where: str) -> str | None:
+    """ASIC_SERIAL (``0x5A4A...``, bare hex, ``N/A``, ``<redacted>``) -> ``unique_id_form``."""
+    text = _text(raw)
+    if text is None:
+        return None
+    canonical = unique_id_form(text)
+    if canonical is None and not _ZERO_ID.match(text):  # 0 is "none", not garbage
+        out.warn(f"{where}: asic_serial {text!r} is not a hex id")
+    return canonical
+
+
+def _partition(obj: Mapping[str, Any], index: int, out: _Builder, where: str) -> None:
+    """``static --partition`` (``partition: {compute_partition, memory_partition, partition_id}``) and the
+    ``GPU: N`` / ``MEMORY_PARTITION: {caps, current}`` blocks ``amd-smi partition`` of ROCm 6.4.0 printed."""
+    part = obj.get("partition")
+    if isinstance(part, Mapping):
+        out.set_gpu(index, "compute_partition", _mode(part.get("compute_partition")))
+        out.set_gpu(index, "memory_partition", _mode(part.get("memory_partition")))
+        if "partition_id" in part:
+            out.set_gpu(index, "partition_id", _integer(part["partition_id"], out.warn, f"{where} partition_id"))
+    memory = obj.get("memory_partition")
+    if isinstance(memory, Mapping):
+        out.set_gpu(index, "memory_partition", _mode(memory.get("current")))
+    elif isinstance(memory, str):
+        out.set_gpu(index, "memory_partition", _mode(memory))
+    compute = obj.get("compute_partition", obj.get("accelerator_partition"))
+    if isinstance(compute, Mapping):
+        out.set_gpu(index, "compute_partition", _mode(compute.get("current")))
+    elif isinstance(compute, str):
+        out.set_gpu(index, "compute_partition", _mode(compute))
+
+
+def _mode(raw: object) -> str | None:
+    """A partition mode as amd-smi prints it (``CPX``, ``NPS1``; ``DPX*`` marks the current profile)."""
+    text = _text(raw)
+    if text is None:
+        return None
+    return text.rstrip("*").strip().upper() or None
 
 
 def _set_bdf(out: _Builder, index: int, raw: object, where: str) -> None:

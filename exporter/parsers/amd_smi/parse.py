@@ -1,7 +1,8 @@
 """:func:`parse_amd_smi`: one captured amd-smi output, or several in a row, in any of the formats of this
 package. Each column-0 line decides which format's reader takes over (``default_view``, ``json_docs``,
-``text_blocks``, ``topology_tables``, ``monitor_tables``); tool messages and lines none of them takes become
-warnings, and the partial reports are merged (``merge``).
+``text_blocks``, ``topology_tables``, ``monitor_tables``, ``partition_tables``; which ROCm release prints which:
+docs/amd-smi-formats.md); tool messages and lines none of them takes become warnings, and the partial reports are
+merged (``merge``).
 
 No GPU: an amd-smi output that names only other devices (``amd-smi list --nic``: ``AI_NIC: 0`` blocks with
 indented keys; JSON items keyed ``nic``/``cpu``/``core``) or a default-view box with no GPU entry is still
@@ -24,6 +25,13 @@ from exporter.parsers.amd_smi.gpu_object import _interpret_gpu
 from exporter.parsers.amd_smi.json_docs import _scan_json
 from exporter.parsers.amd_smi.merge import _merge
 from exporter.parsers.amd_smi.monitor_tables import _MONITOR_HEADER, _scan_monitor
+from exporter.parsers.amd_smi.partition_tables import (
+    is_legend_item,
+    is_star_box,
+    scan_partition,
+    scan_star_box,
+    starts_partition_table,
+)
 from exporter.parsers.amd_smi.text_blocks import _BLOCK_KEY, _OTHER_HEADER, _block_end, _parse_block
 from exporter.parsers.amd_smi.topology_tables import _interpret_tables, _scan_tables
 
@@ -122,9 +130,21 @@ def parse_amd_smi(text: str) -> SmiReport:
                 parts.append((builder.report(), False))
                 first_format = first_format or "text"
             continue
+        if line[:1] not in (" ", "\t") and starts_partition_table(lines, i):
+            builder = _Builder("text", warnings)
+            i, positional = scan_partition(lines, i, builder)
+            if builder.gpus:
+                parts.append((builder.report(), positional))
+                first_format = first_format or "text"
+            else:
+                no_gpu_format = no_gpu_format or "text"  # ACCELERATOR_PARTITION_RESOURCES alone
+            continue
+        if is_star_box(line):
+            i = scan_star_box(lines, i, warnings)
+            continue
         if content == "Legend:":
             i += 1
-            while i < n and lines[i][:1] in (" ", "\t") and lines[i].strip():
+            while i < n and lines[i].strip() and (lines[i][:1] in (" ", "\t") or is_legend_item(lines[i])):
                 i += 1
             continue
         warnings.append(content if _is_tool_message(content) else f"line {i + 1}: cannot place: {content}")

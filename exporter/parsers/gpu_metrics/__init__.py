@@ -7,6 +7,7 @@ v3.0), decoded by kernel field name, plus helpers that put the values in SI unit
 
 from __future__ import annotations
 
+from exporter.parsers.gpu_metrics.capture import parse_gpu_metrics_capture
 from exporter.parsers.gpu_metrics.decode import parse_gpu_metrics
 from exporter.parsers.gpu_metrics.normalize import (
     ENERGY_UNIT_JOULES,
@@ -32,6 +33,7 @@ __all__ = [
     "current_clocks_hz",
     "energy_joules",
     "parse_gpu_metrics",
+    "parse_gpu_metrics_capture",
     "pcie",
     "socket_power_watts",
     "temperatures_celsius",

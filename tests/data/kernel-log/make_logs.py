@@ -104,8 +104,9 @@ EXPECTED = {
         "pcie_aer": 1,
         "ring_timeout": 1,
         "vm_fault": 1,
+        "vram_lost": 1,  # unprefixed, inside B's open reset sequence (contract section 2)
     },
-    "unknown": {"vm_fault_suppressed": 19, "vram_lost": 1},
+    "unknown": {"vm_fault_suppressed": 19},
 }
 
 FAC = ["kern", "user"]
