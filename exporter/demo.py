@@ -23,17 +23,13 @@ and the landing page. It never starts by itself: ``serve`` on a host without GPU
 
 from __future__ import annotations
 
+# Only what the command line has loaded anyway: every rocm-watchdog command imports this module for its parser.
 import argparse
 import os
-import shutil
-import socket
-import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +99,8 @@ def _duration_flag(seconds: float) -> str:
 
 def can_make_nodes(directory: Path) -> bool:
     """Whether this process can make character devices (CAP_MKNOD in the initial user namespace): tried."""
+    import stat
+
     probe = directory / ".mknod-probe"
     try:
         os.mknod(probe, stat.S_IFCHR | 0o600, os.makedev(1, 3))
@@ -140,16 +138,18 @@ def rules_files() -> tuple[Path, Path]:
 Seen = Callable[["DeviceWatchState | None", "KernelLogState | None"], bool]
 
 
-@dataclass
 class Step:
     """One change of the host. ``prepare`` does the slow part (a rebuilt tree, built aside) and returns the
     change itself, which is quick and made just after a devices collection: each read of the host sees it whole
     or not at all, as on a real node, and never a half-made change."""
 
-    title: str
-    prepare: Callable[[], Callable[[], str]]  # returns the change, which returns what happened, to say
-    seen: Seen  # the watchdog has seen it
-    needs_root: bool = False
+    def __init__(
+        self, title: str, prepare: Callable[[], Callable[[], str]], seen: Seen, needs_root: bool = False
+    ) -> None:
+        self.title = title
+        self.prepare = prepare  # returns the change, which returns what happened, to say
+        self.seen = seen  # the watchdog has seen it
+        self.needs_root = needs_root
 
 
 class Demo:
@@ -416,6 +416,8 @@ class Demo:
     def start_prometheus(self, target: str) -> list[str]:
         """Start Alertmanager and Prometheus on free loopback ports; their URLs. Raises RuntimeError with the
         reason when they cannot be started."""
+        import shutil
+
         import yaml
 
         from exporter.sources.runner import spawn
@@ -496,6 +498,8 @@ def _active(d: DeviceWatchState | None, kind: str, subject: str) -> bool:
 
 
 def _free_ports(count: int) -> list[int]:
+    import socket
+
     socks = []
     try:
         for _ in range(count):
@@ -516,19 +520,10 @@ def _connect_host(listen: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-@dataclass
-class _Temp:
-    path: Path
-
-    def __enter__(self) -> Path:
-        return self.path
-
-    def __exit__(self, *_exc: object) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the simulated host until SIGTERM or SIGINT (exit 0); 2 for bad flags or a listen address in use."""
+    import tempfile
+
     from msgspec.structs import replace
 
     from exporter import cli
@@ -550,7 +545,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # On a terminal the exporter's log (a line per device node at each step) would bury the timeline: it goes to
     # a file the demo names, unless --log.* asks for it here.
     to_file = sys.stderr.isatty() and level is None and fmt is None
-    with _Temp(Path(tempfile.mkdtemp(prefix="rocm-watchdog-demo-"))) as base:
+    with tempfile.TemporaryDirectory(prefix="rocm-watchdog-demo-", ignore_cleanup_errors=True) as temp:
+        base = Path(temp)
         demo = Demo(base, step_seconds, bool(args.with_prometheus), log)
         serve_args, serve_problems = cli.parse_command_line(
             demo.serve_argv(listen, level, "logfmt" if to_file else fmt)
