@@ -1,5 +1,7 @@
 """The package build's hook (``[tool.setuptools.cmdclass]`` in pyproject.toml): writes ``exporter/_build.py``
-with the git revision, branch and build date into the built package, never into the checkout.
+with the git revision, branch and build date into the built package, never into the checkout; and copies the
+shipped alert rules and Alertmanager example (``alerts/``, ``ALERT_FILES``) to ``exporter/data/alerts`` in it, for
+``rocm-watchdog demo --with-prometheus`` in an installed package.
 
 Used only while building; the installed package imports ``exporter._build``, not this. The values come from the
 environment when the build gives them (``ROCM_WATCHDOG_REVISION``, ``ROCM_WATCHDOG_BRANCH``,
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import time
 from pathlib import Path
 from types import ModuleType
@@ -47,13 +50,23 @@ def build_module(source_root: Path, environ: dict[str, str] | None = None) -> st
     )
 
 
+ALERT_FILES = ("rocm-watchdog.rules.yml", "alertmanager.example.yml")
+
+
 class BuildPy(_build_py):  # type: ignore[misc,unused-ignore]
     def run(self) -> None:
         super().run()
+        source_root = Path(__file__).resolve().parent.parent
         target = Path(self.build_lib) / "exporter" / "_build.py"
         if not self.dry_run and target.parent.is_dir():
-            target.write_text(build_module(Path(__file__).resolve().parent.parent))
+            target.write_text(build_module(source_root))
+            alerts = target.parent / "data" / "alerts"
+            for name in ALERT_FILES:
+                if (source_root / "alerts" / name).is_file():  # an sdist made without alerts/ builds without them
+                    alerts.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source_root / "alerts" / name, alerts / name)
 
     def get_outputs(self, *args: Any, **kwargs: Any) -> list[str]:
         outputs: list[str] = list(super().get_outputs(*args, **kwargs))
-        return [*outputs, str(Path(self.build_lib) / "exporter" / "_build.py")]
+        alerts = Path(self.build_lib) / "exporter" / "data" / "alerts"
+        return [*outputs, str(Path(self.build_lib) / "exporter" / "_build.py"), *(str(alerts / n) for n in ALERT_FILES)]

@@ -459,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--state.dir", dest="state.dir", default=None, help=_HELP["state.dir"])
     prepare.add_argument("--owner", required=True, metavar="UID:GID", help="numeric owner, e.g. 10001:10001")
     _add_log_flags(prepare)
+    from exporter.demo import add_demo_parser
+
+    add_demo_parser(sub)
     return parser
 
 
@@ -796,6 +799,10 @@ def _run(args: argparse.Namespace | None, problems: list[str], named: str | None
     if args is None or args.command not in ("serve", "once", "check", "baseline"):
         if problems or args is None:
             return _fail_config(problems, command_key(args) if args is not None else named)
+        if args.command == "demo":
+            from exporter.demo import cmd_demo
+
+            return cmd_demo(args)
         if args.command == "parse":
             return cmd_parse(args)
         if args.command == "kmsg-relay":
@@ -1153,9 +1160,16 @@ def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
     timer.start()
 
 
-def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
+def cmd_serve(
+    config: Config,
+    load: Callable[[], Config] | None = None,
+    *,
+    note: str = "",
+    started: Callable[[Any, int], None] | None = None,
+) -> int:
     """Serve until SIGTERM or SIGINT (exit 0); 2 when the web config, the rules or the listening socket are bad.
-    ``load`` reads the configuration again for SIGHUP (the same command line over the file as it is then)."""
+    ``load`` reads the configuration again for SIGHUP (the same command line over the file as it is then).
+    ``note`` goes on the landing page; ``started(store, port)`` is called once the sources run (``demo``)."""
     from exporter.heap import limit_arenas
     from exporter.http import Limits, make_app, serve
     from exporter.metrics.collector import RocmCollector
@@ -1202,7 +1216,7 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         max_requests=config.web_max_requests,
         limited_paths=frozenset({config.web_telemetry_path}),
     )
-    app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe)
+    app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe, note=note)
     try:
         server = serve(
             config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket, stats=http_stats
@@ -1256,6 +1270,8 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
         exporter_metrics=not config.web_disable_exporter_metrics,
     )
     previous_wakeup = signal.set_wakeup_fd(wake.write_fileno(), warn_on_full_buffer=False)
+    if started is not None:
+        started(scheduler.store, server.server_port)
     while not stop.is_set():
         wait_readable([wake.fileno()], MAIN_LOOP_WAKE_SECONDS)
         wake.clear()

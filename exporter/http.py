@@ -50,7 +50,7 @@ LANDING = """<!doctype html>
 <body>
 <h1>rocm-watchdog {version}</h1>
 <p>Prometheus exporter and stability watchdog for AMD ROCm GPU nodes.</p>
-<ul><li><a href="{telemetry_href}">{telemetry_path}</a></li><li><a href="healthz">/healthz</a></li></ul>
+{note}<ul><li><a href="{telemetry_href}">{telemetry_path}</a></li><li><a href="healthz">/healthz</a></li></ul>
 </body></html>
 """
 
@@ -119,15 +119,18 @@ def make_app(
     healthy: Callable[[], tuple[bool, str]],
     telemetry_path: str = "/metrics",
     observe: Callable[[float], None] | None = None,
+    note: str = "",
 ) -> App:
     """The app over a provider, or over a registry rendered per scrape. ``web`` is kept for the call's
-    compatibility: auth and TLS are the server's (``serve``)."""
+    compatibility: auth and TLS are the server's (``serve``). ``note``: a paragraph of text for the landing page
+    (``rocm-watchdog demo`` says there that the host is simulated)."""
     del web
     exposition = registry_exposition(source) if isinstance(source, CollectorRegistry) else source
     landing = LANDING.format(
         version=html.escape(__version__),
         telemetry_path=html.escape(telemetry_path),
         telemetry_href=html.escape(telemetry_path.lstrip("/") or "."),
+        note=f"<p><strong>{html.escape(note)}</strong></p>\n" if note else "",
     )
     return App(exposition, healthy, landing.encode(), telemetry_path, observe)
 

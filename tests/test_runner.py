@@ -98,3 +98,44 @@ def test_stop_all_kills_running_tools_and_starts_no_more() -> None:
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     assert proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_spawn_runs_until_stopped_and_stop_ends_its_whole_group(tmp_path: Path) -> None:
+    import psutil
+
+    from exporter.sources.runner import spawn
+
+    out = tmp_path / "out.log"
+    pid_file = tmp_path / "child.pid"
+    # a program that forks a helper, as a wrapper script does; stop must end both
+    proc = spawn(
+        ["sh", "-c", f"sleep 300 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; echo started; wait"], out
+    )
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = psutil.Process(int(pid_file.read_text()))
+    assert proc.poll() is None and child.is_running()
+    proc.stop(timeout_seconds=5)
+    assert proc.poll() is not None
+
+    def gone() -> bool:
+        try:
+            return child.status() == psutil.STATUS_ZOMBIE  # killed, waiting for init to reap it
+        except psutil.NoSuchProcess:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone()
+    assert "started" in out.read_text()
+
+
+def test_spawn_of_a_missing_program_raises() -> None:
+    import pytest
+
+    from exporter.sources.runner import spawn
+
+    with pytest.raises(OSError):
+        spawn(["/nonexistent/prometheus"], os.devnull)

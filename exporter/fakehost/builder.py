@@ -42,11 +42,15 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import errno
 import os
 import re
 import shutil
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,6 +265,9 @@ class FakeRoot:
     # what kernels before ~5.x also had: class/drm/<legacy_drm> (the "ttm" virtual device, "amdttm" with the
     # amdgpu-pro DKMS module) and, in each card's drm/ directory, the compatibility link controlD<64+N> -> card<N>
     legacy_drm: str | None = None
+    # False: no character devices under dev/ (mknod needs CAP_MKNOD in the initial user namespace, which a user
+    # does not have): dev/dri is there, empty, as in a container given no --device
+    device_nodes: bool = True
     # node name ("kfd", "renderD128") -> the major:minor sysfs and /dev give it instead of the driver's: numbers
     # with a driver on the machine the tests run on (1:3, /dev/null's), so that the kernel opens the node
     devs: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -355,6 +362,55 @@ class FakeRoot:
         if kfd_node is not None:
             gpu.kfd_node = kfd_node
         self.rebuild()
+
+    def staged_rebuild(self) -> Callable[[], None]:
+        """``rebuild`` for a tree that is read while it changes (``rocm-watchdog demo``): the new ``sys`` and
+        ``dev`` are built aside now (``<root>/.staged``), and the function returned swaps each in with one atomic
+        exchange (renameat2 RENAME_EXCHANGE), so that a reader sees the old tree or the new one, never a half-built
+        one."""
+        staging = self.root / ".staged"
+        if staging.exists():
+            shutil.rmtree(staging)
+        shadow = dataclasses.replace(self, root=staging)
+        _build_sys(shadow)
+        _build_dev(shadow)
+
+        def swap_in() -> None:
+            for name in ("sys", "dev"):
+                _exchange(staging / name, self.root / name)
+            shutil.rmtree(staging)
+
+        return swap_in
+
+    def relabel(self) -> None:
+        """Set every node's mode, owner and group from the spec again, in place (what ``udevadm trigger`` does
+        after a rule or a group changed); nothing is rebuilt."""
+        for rel, kind in _node_kinds(self):
+            path = self.dev / rel
+            if path.exists():
+                mode, uid, gid = _node_attrs(self, rel, kind)
+                os.chown(path, uid, gid, follow_symlinks=False)
+                os.chmod(path, mode)
+
+    def swap_probe_order(self, a: str, b: str, boot_id: str | None = None, rebuild: bool = True) -> str:
+        """A reboot in which GPUs ``a`` and ``b`` probed in each other's place: they trade card, render and KFD
+        node numbers, and their partitions (pairwise, so the two need as many) their numbers and amdgpu_xcp
+        devices too. Returns the new boot id. ``rebuild`` False: only the spec changes (then ``staged_rebuild``
+        and ``set_boot_id`` it)."""
+        ga, gb = self.gpu(a), self.gpu(b)
+        if len(ga.partitions) != len(gb.partitions):
+            raise ValueError(f"{a} has {len(ga.partitions)} partitions, {b} {len(gb.partitions)}: cannot trade places")
+        for x, y in zip(ga.partitions, gb.partitions, strict=True):
+            x.xcp, y.xcp = y.xcp, x.xcp
+        pairs: list[tuple[FakeGpu | FakeXcp, FakeGpu | FakeXcp]] = [(ga, gb)]
+        pairs += zip(ga.partitions, gb.partitions, strict=True)
+        for p, q in pairs:
+            p.card, q.card = q.card, p.card
+            p.render, q.render = q.render, p.render
+            p.kfd_node, q.kfd_node = q.kfd_node, p.kfd_node
+        if not rebuild:
+            return boot_id or str(uuid.uuid4())
+        return self.reboot(boot_id)
 
     def remove_gpu(self, bdf: str) -> FakeGpu:
         gpu = self.gpu(bdf)
@@ -473,6 +529,7 @@ def build_root(
     kfd_generation_id: str = "2\n",
     kfd_system_properties: str | None = None,
     name: str = "root",
+    device_nodes: bool = True,
     devs: dict[str, tuple[int, int]] | None = None,
 ) -> FakeRoot:
     """Build a fake root at ``tmp_path/name``. ``modes``/``groups`` are per node kind (card, render, kfd);
@@ -491,6 +548,7 @@ def build_root(
         group_file=group_file,
         kfd_generation_id=kfd_generation_id,
         legacy_drm=legacy_drm,
+        device_nodes=device_nodes,
         devs=dict(devs or {}),
     )
     if kfd_system_properties is not None:
@@ -532,7 +590,8 @@ def _write_etc(root: FakeRoot) -> None:
         lines += [f"{name}:x:{gid}:" for name, gid in sorted(root.gids.items(), key=lambda kv: kv[1])]
         lines += ["nogroup:x:65534:"]
         text = "\n".join(lines) + "\n"
-    _write(root.etc / "group", text)
+    _write(root.etc / "group.new", text)
+    os.replace(root.etc / "group.new", root.etc / "group")  # a reader sees the old file or the new one
     _write(root.etc / "passwd", "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n")
 
 
@@ -861,10 +920,47 @@ def _node_attrs(root: FakeRoot, rel: str, kind: str) -> tuple[int, int, int]:
     return mode, uid, gid
 
 
+def _node_kinds(root: FakeRoot) -> list[tuple[str, str]]:
+    """Every node of the spec as (path relative to dev, kind)."""
+    nodes = [("kfd", "kfd")] if root.kfd_major is not None else []
+    numbers: list[tuple[int | None, int | None]] = []
+    for gpu in root.gpus:
+        numbers.append((gpu.card, gpu.render))
+        numbers += [(p.card, p.render) for p in gpu.partitions]
+    numbers += [(o.card, o.render) for o in root.others]
+    for card, render in numbers:
+        nodes += [(f"dri/card{card}", "card")] if card is not None else []
+        nodes += [(f"dri/renderD{render}", "render")] if render is not None else []
+    return nodes
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories atomically (renameat2 RENAME_EXCHANGE, Linux 3.15, glibc 2.28); where the file
+    system or libc cannot, with two renames (a reader may then find ``b`` missing for a moment)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(a))
+    aside = b.with_name(b.name + ".old")
+    os.rename(b, aside)
+    os.rename(a, b)
+    os.rename(aside, a)
+
+
 def _build_dev(root: FakeRoot) -> None:
     dri = root.dev / "dri"
     dri.mkdir(parents=True)
     os.chmod(dri, 0o755)
+    if not root.device_nodes:
+        return
     if root.kfd_major is not None:
         _mknod(root.dev / "kfd", *root.dev_of("kfd", root.kfd_major, 0), *_node_attrs(root, "kfd", "kfd"))
     by_path = dri / "by-path"
@@ -1187,12 +1283,20 @@ def mi300x_node(
     *,
     gpu_metrics: bool = True,
     name: str = "mi300x-node",
+    kfd_capture: str | None = None,
+    device_nodes: bool = True,
     **kw: object,
 ) -> FakeRoot:
     """An 8x MI300X node (``mi300x_gpu`` each), GPU i in compute mode ``modes[i]`` with its partitions 1..n-1 as
     amdgpu_xcp devices KFD lists, and (``gpu_metrics``) a v1.8 table ``mi300x_metrics_fields(i, n)`` on each PCI
     function. Cards, render minors, KFD nodes (after 2 CPU nodes) and amdgpu_xcp numbers follow probe order.
-    ``kw`` goes to ``mi300x_gpu`` for every GPU."""
+    ``kw`` goes to ``mi300x_gpu`` for every GPU.
+
+    ``kfd_capture`` (``"mi300x-cpx-8gpu"``, shipped in ``data/kfd-topology``): the GPUs, their partitions, PCI
+    addresses, numbers and KFD node properties are the capture's (``capture_gpus``, a BMC on card0) instead, each
+    with the MI300X preset's sysfs files and a v1.8 table for its partition count; ``modes`` is not used."""
+    if kfd_capture is not None:
+        return _mi300x_capture_node(base, kfd_capture, gpu_metrics, name, device_nodes, **kw)
     gpus: list[FakeGpu] = []
     minor = 0  # card1/renderD128 for the first DRM device
     kfd_node = 2
@@ -1219,7 +1323,35 @@ def mi300x_node(
         gpus.append(mi300x_gpu(bdf, card=1 + gpu_minor, render=128 + gpu_minor, kfd_node=gpu_node, **spec))
         minor += n
         kfd_node += n
-    return build_root(base, gpus, cpu_nodes=2, name=name)
+    return build_root(base, gpus, cpu_nodes=2, name=name, device_nodes=device_nodes)
+
+
+def _mi300x_capture_node(
+    base: Path, capture: str, gpu_metrics: bool, name: str, device_nodes: bool, **kw: object
+) -> FakeRoot:
+    gpus: list[FakeGpu] = []
+    for i, found in enumerate(capture_gpus(capture, product_name="AMD Instinct MI300X")):
+        n = 1 + len(found.partitions)
+        mode = next((m for m, count in MI300X_PARTITIONS.items() if count == n), None)
+        if mode is None:
+            raise ValueError(f"{capture}: {found.bdf} has {n} partitions, not an MI300X compute mode")
+        spec: dict[str, object] = {
+            "compute_partition": mode,
+            "memory_partition": "NPS1",
+            "numa_node": i // 4,
+            "unique_id": found.unique_id,
+            "device_id": found.device_id,
+            "gpu_id": found.gpu_id,
+            "kfd_properties": found.kfd_properties,
+            "kfd_name": found.kfd_name,
+            "partitions": found.partitions,
+            **kw,
+        }
+        if gpu_metrics:
+            spec["gpu_metrics"] = gpu_metrics_file("gpu_metrics_v1_8", mi300x_metrics_fields(i, n))
+        assert found.card is not None and found.render is not None, found.bdf  # a PCI function registers both
+        gpus.append(mi300x_gpu(found.bdf, card=found.card, render=found.render, kfd_node=found.kfd_node, **spec))
+    return build_root(base, gpus, others=[FakeOther.bmc()], cpu_nodes=2, name=name, device_nodes=device_nodes)
 
 
 def radeon_metrics_fields() -> dict[str, FieldValue]:

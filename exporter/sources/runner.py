@@ -201,3 +201,57 @@ def _collect(
         timed_out=timed_out,
         truncated=truncated,
     )
+
+
+class Spawned:
+    """A long-running program ``spawn`` started (the demo's Prometheus and Alertmanager): its own session, so
+    ``stop`` ends it and whatever it forked; ``stop_all`` kills it too."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code once it has exited, else None."""
+        return self._proc.poll()
+
+    def stop(self, timeout_seconds: float = 5.0) -> None:
+        """SIGTERM to its group, then SIGKILL after ``timeout_seconds``; reaped (bounded, as ``run``)."""
+        try:
+            if self._proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGTERM)
+                try:
+                    self._proc.wait(timeout=timeout_seconds)
+                except subprocess.TimeoutExpired:
+                    _kill_group(self._proc)
+                    _reap_killed(self._proc)
+            _kill_group(self._proc)  # helpers it left behind
+        finally:
+            with _running_lock:
+                _running.discard(self._proc)
+
+
+def spawn(argv: Sequence[str], output: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Spawned:
+    """Start ``argv`` to run until stopped, in its own session, stdin from /dev/null, stdout and stderr appended
+    to the file ``output``. Raises OSError when it cannot be started (not found, not executable), or when the
+    exporter is shutting down."""
+    args = tuple(argv)
+    with _running_lock:
+        if _stopping.is_set():
+            raise OSError(f"not started: the exporter is shutting down: {args[0]}")
+        with open(output, "ab") as log_file:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=dict(env) if env is not None else None,
+                close_fds=True,
+            )
+        _running.add(proc)
+    return Spawned(proc)
