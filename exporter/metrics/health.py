@@ -22,18 +22,25 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
     last_success = new_family(names.SOURCE_LAST_SUCCESS)
     failures = new_family(names.SOURCE_FAILURES)
     stale = new_family(names.SOURCE_STALE)
+    pending = new_family(names.SOURCE_PENDING)
     for name in sorted(view.entries):
         health = view.entries[name].health
         failures.add_metric([name], health.failures_total)  # from zero, so increase() works at once
+        if health.pending:  # registered, its first run not finished: up 0, told from a failure by pending 1
+            up.add_metric([name], 0)
+            pending.add_metric([name], 1)
+            stale.add_metric([name], 0)
+            continue
         if health.up is None:
-            continue  # registered but never run yet (or the smi tool auto-selection did not pick it)
+            continue  # the smi tool auto-selection did not pick it
         up.add_metric([name], 1 if health.up else 0)
+        pending.add_metric([name], 0)
         if health.duration_seconds is not None:
             duration.add_metric([name], health.duration_seconds)
         if health.last_success is not None:
             last_success.add_metric([name], health.last_success)
         stale.add_metric([name], 0 if health.fresh(view.now) else 1)
-    yield from (up, duration, last_success, failures, stale)
+    yield from (up, duration, last_success, failures, stale, pending)
     info = build_info()
     build = new_family(names.BUILD_INFO)
     build.add_metric([info.version, info.revision, info.branch, info.python_version], 1)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.heap import trim_heap
 from exporter.logging import get_logger
@@ -190,7 +191,7 @@ class KernelLogSource:
         config: Config,
         known_gpus: Callable[[], Sequence[str]],
         rules: KernelRules | None = None,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] = wall_time,
         monotonic_clock: Callable[[], float] = time.monotonic,
         kmsg_stream: RawReader | None = None,
         persist_every_seconds: float = 0.0,
