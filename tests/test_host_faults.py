@@ -1,0 +1,231 @@
+"""Faults of a real host, tried on a running ``serve`` (issue 26): a wall clock that steps, a tool slow to start
+(readiness), an exporter SIGKILLed while a tool hangs, and a memory limit under a kernel-log storm.
+
+Each test starts ``python -m exporter serve`` as a real process on a fake root, on loopback, and stops it by its
+pid. Waits poll the exporter's state with a time limit that only guards against a hang: what is asserted is what
+the exporter says (its metrics, its answers), never how long something took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fakeroot import FakeGpu, FakeOther, FakeRoot, build_root
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's libfaketime 0.9.10
+A, B = "0000:03:00.0", "0000:43:00.0"
+
+
+def two_gpu_root(base: Path) -> FakeRoot:
+    return build_root(
+        base,
+        [FakeGpu(A, card=1, render=128, kfd_node=1), FakeGpu(B, card=2, render=129, kfd_node=2)],
+        others=[FakeOther.bmc("0000:63:00.0")],
+    )
+
+
+class Serve:
+    """``serve`` on a fake root, its log in a file; ``port`` from its ``serving`` line."""
+
+    def __init__(self, root: FakeRoot, log: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        kernel_log = root.root / "var" / "log" / "kern.log"
+        kernel_log.parent.mkdir(parents=True, exist_ok=True)
+        kernel_log.touch()
+        argv = [
+            sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1:0",
+            "--path.rootfs", str(root.root), "--state.dir", str(root.state_dir), "--kernel-log.path",
+            str(kernel_log), "--log.format", "json", *extra,
+        ]  # fmt: skip
+        self.log = log
+        with log.open("wb") as err:
+            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+            )
+        self.port = 0
+        deadline = time.monotonic() + 60
+        while not self.port:
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "serving":
+                    self.port = int(json.loads(line)["port"])
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"serve did not start (exit {self.proc.poll()}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metrics(self) -> str:
+        code, text = self.get("/metrics")
+        assert code == 200, text
+        return text
+
+    def wait_for(self, what: str, check: Callable[[str], bool], limit: float = 60.0) -> str:
+        """Scrape until ``check`` holds; the limit only guards against a hang."""
+        deadline = time.monotonic() + limit
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.metrics()
+            if check(text):
+                return text
+            time.sleep(0.1)
+        pytest.fail(
+            f"{what}: not within {limit:g}s; last scrape:\n{text[-4000:]}\nlog:\n{self.log.read_text()[-3000:]}"
+        )
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def serving(root: FakeRoot, log: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Serve]:
+    serve = Serve(root, log, *extra, env=env)
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{re.escape(name)}{{{re.escape(inner)}}} (\S+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
+# --- 1. a clock that steps ---------------------------------------------------------------------------------------
+
+POLLED = ("sysfs", "devices", "processes")  # the smi tools are off: see test_polled_sources_keep_running...
+FAST = (
+    "--no-collector.rocm-smi", "--no-collector.amd-smi", "--collector.sysfs.interval", "1s",
+    "--collector.devices.interval", "1s", "--collector.processes.interval", "1s",
+    "--collector.kernel-log.interval", "1s",
+)  # fmt: skip
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="needs Debian's libfaketime (scripts/test installs it)")
+def test_polled_sources_keep_their_intervals_through_clock_steps(tmp_path: Path) -> None:
+    """serve under libfaketime, its wall clock stepped an hour back and then two hours forward while it runs (the
+    timestamp file is read at every call: FAKETIME_NO_CACHE), the monotonic clock left alone (in its default mode
+    libfaketime hangs Python's threading waits). After each step every polled source goes on running (its last
+    success, counted on the monotonic clock, moves on by three runs and more), none reads as stale, and the times
+    the metrics carry stay those of the real clock (this test's own, which is not faked). The smi tools are off:
+    under 0.9.10 ``time.sleep`` and ``Popen.wait(timeout=...)`` fail with EINVAL in Python 3.11, so the runner's
+    deadlines are the monotonic ones its own tests check (tests/test_runner.py)."""
+    root = two_gpu_root(tmp_path)
+    stamp = tmp_path / "faketime"
+    stamp.write_text("+0\n")
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_TIMESTAMP_FILE": str(stamp),
+        "FAKETIME_NO_CACHE": "1",
+    }
+    sources = (*POLLED, "kernel-log")
+    with serving(root, tmp_path / "serve.log", *FAST, env=env) as serve:
+
+        def last(text: str) -> dict[str, float | None]:
+            return {s: sample(text, "rocm_watchdog_source_last_success_timestamp_seconds", source=s) for s in sources}
+
+        def runs_after(before: dict[str, float | None], runs: int) -> Callable[[str], bool]:
+            seen: dict[str, set[float]] = {s: set() for s in sources}
+
+            def check(text: str) -> bool:
+                for s, value in last(text).items():
+                    if value is not None and (before[s] is None or value > before[s]):  # type: ignore[operator]
+                        seen[s].add(value)
+                    assert sample(text, "rocm_watchdog_source_stale", source=s) in (None, 0.0), (s, text)
+                    if value is not None:  # counted on from the start: the real time, not the faked one
+                        assert abs(value - time.time()) < 30, (s, value, time.time())
+                return all(len(v) >= runs for v in seen.values())
+
+            return check
+
+        text = serve.wait_for("every source ran three times", runs_after(dict.fromkeys(sources), 3))
+        for step, shift in (("-1h", -3600), ("+1h", 3600)):
+            stamp.write_text(step + "\n")
+            # what the faked process sees now, through the same library and file
+            faked = subprocess.run(["date", "+%s"], env=env, capture_output=True, text=True, check=True).stdout
+            assert abs(float(faked) - time.time() - shift) < 30, (step, faked)
+            text = serve.wait_for(f"every source ran three times after {step}", runs_after(last(text), 3))
+        for s in sources:
+            assert sample(text, "rocm_watchdog_source_up", source=s) == 1.0, s
+        assert serve.stop() == 0
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+# --- 2. readiness ------------------------------------------------------------------------------------------------
+
+GATED_TOOL = """#!/bin/sh
+# rocm-smi that hangs at start until the test opens the gate (as amd-smi does on some hosts during DRM
+# enumeration: ROCm/TheRock#4887), then says it is not installed properly
+while [ ! -e {gate} ]; do sleep 0.05; done
+echo "rocm-smi: no GPU found" >&2
+exit 1
+"""
+
+
+def test_readyz_waits_for_every_first_run_and_no_alert_reads_pending_as_down(tmp_path: Path) -> None:
+    """/readyz answers 503 while the rocm-smi source's first run hangs, and /healthz 200 (the process is alive);
+    meanwhile the first scrape has every enabled source's health series, rocm-smi's up 0 with pending 1. Once
+    the tool returns (failing), /readyz answers 200 and rocm-smi is up 0, pending 0: failed, not pending."""
+    root = two_gpu_root(tmp_path)
+    gate = tmp_path / "gate"
+    tool = tmp_path / "bin" / "rocm-smi"
+    tool.parent.mkdir()
+    tool.write_text(GATED_TOOL.format(gate=gate))
+    tool.chmod(0o755)
+    extra = ("--no-collector.amd-smi", "--smi.backend", "rocm-smi", "--rocm-smi.path", str(tool), *FAST[2:])
+    with serving(root, tmp_path / "serve.log", *extra) as serve:
+        first = serve.metrics()  # at once: before any run may have finished
+        for s in ("sysfs", "devices", "processes", "kernel-log", "rocm-smi"):
+            assert sample(first, "rocm_watchdog_source_failures_total", source=s) == 0.0, (s, first)
+            assert sample(first, "rocm_watchdog_source_up", source=s) is not None, (s, first)
+        assert sample(first, "rocm_watchdog_source_up", source="amd-smi") is None  # not enabled: no series
+        # the in-process sources finish; the tool still hangs
+        text = serve.wait_for(
+            "sysfs, devices and processes ran",
+            lambda t: all(sample(t, "rocm_watchdog_source_up", source=s) == 1.0 for s in POLLED),
+        )
+        assert sample(text, "rocm_watchdog_source_up", source="rocm-smi") == 0.0
+        assert sample(text, "rocm_watchdog_source_pending", source="rocm-smi") == 1.0
+        code, body = serve.get("/readyz")
+        assert (code, body) == (503, "waiting for the first run of: rocm-smi\n")
+        assert serve.get("/healthz") == (200, "ok\n")
+        gate.touch()
+        text = serve.wait_for(
+            "rocm-smi's first run over", lambda t: sample(t, "rocm_watchdog_source_pending", source="rocm-smi") == 0.0
+        )
+        assert sample(text, "rocm_watchdog_source_up", source="rocm-smi") == 0.0
+        assert sample(text, "rocm_watchdog_source_failures_total", source="rocm-smi") >= 1.0  # type: ignore[operator]
+        assert serve.get("/readyz") == (200, "ok\n")
