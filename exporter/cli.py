@@ -1019,6 +1019,9 @@ def cmd_serve(config: Config, load: Callable[[], Config] | None = None) -> int:
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     limit_arenas()  # before the first thread: the collections' and scrapes' threads share two malloc arenas
+    from exporter.sources.orphans import become_subreaper
+
+    become_subreaper()  # a tool's helper that left its group (setsid) is re-parented here, and killed
 
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()

@@ -229,3 +229,92 @@ def test_readyz_waits_for_every_first_run_and_no_alert_reads_pending_as_down(tmp
         assert sample(text, "rocm_watchdog_source_up", source="rocm-smi") == 0.0
         assert sample(text, "rocm_watchdog_source_failures_total", source="rocm-smi") >= 1.0  # type: ignore[operator]
         assert serve.get("/readyz") == (200, "ok\n")
+
+
+# --- 3. no tool outlives the exporter ---------------------------------------------------------------------------
+
+HANGING_TOOL = """#!{python}
+# rocm-smi that hangs: its pid where the test finds it, then a sleep far past the test
+import os, sys, time
+open({pids!r} + "/hang." + str(os.getpid()), "w").close()
+time.sleep(600)
+"""
+
+DAEMONIZING_TOOL = """#!{python}
+# amd-smi that leaves a helper behind in a session of its own (a double fork, as daemons do), then fails
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)  # off the tool's pipes, as a daemon is
+    open({pids!r} + "/helper." + str(os.getpid()), "w").close()
+    time.sleep(600)
+    os._exit(0)
+sys.stderr.write("amd-smi: cannot initialise\\n")
+sys.exit(1)
+"""
+
+
+def processes_with(marker: str, but: int = 0) -> dict[int, str]:
+    """Every live (not zombie) process whose command line holds ``marker``, but pid ``but``."""
+    out: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == but:
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            out[int(entry)] = cmdline
+    return out
+
+
+def test_sigkilled_exporter_leaves_no_tool_behind(tmp_path: Path) -> None:
+    """serve runs a rocm-smi that hangs and an amd-smi that leaves a helper in a session of its own (out of the
+    tool's process group) each time it runs. The exporter, a child subreaper, inherits each helper when its tool
+    exits and kills it (``orphan_killed``). Then the exporter is SIGKILLed while rocm-smi hangs: the kernel kills
+    rocm-smi (its parent-death signal, set by ``setpriv --pdeathsig KILL``), and no process of either tool is left."""
+    root = two_gpu_root(tmp_path)
+    tools, pids = tmp_path / "bin", tmp_path / "pids"
+    tools.mkdir()
+    pids.mkdir()
+    for name, script in (("rocm-smi", HANGING_TOOL), ("amd-smi", DAEMONIZING_TOOL)):
+        (tools / name).write_text(script.format(python=sys.executable, pids=str(pids)))
+        (tools / name).chmod(0o755)
+    extra = (
+        "--smi.backend", "both", "--rocm-smi.path", str(tools / "rocm-smi"), "--amd-smi.path", str(tools / "amd-smi"),
+        "--smi.timeout", "120s", "--collector.amd-smi.interval", "1s", "--no-collector.processes",
+    )  # fmt: skip
+    log = tmp_path / "serve.log"
+    serve = Serve(root, log, *extra)
+    try:
+
+        def killed_helpers() -> set[int]:
+            events = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+            return {e["pid"] for e in events if e["event"] == "orphan_killed"}
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            helpers = {int(p.name.split(".")[1]) for p in pids.glob("helper.*")}
+            hanging = {int(p.name.split(".")[1]) for p in pids.glob("hang.*")}
+            if hanging and helpers and helpers <= killed_helpers():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"no hanging rocm-smi and killed helper:\n{log.read_text()[-3000:]}")
+        assert not set(processes_with(str(tools), serve.pid)) & helpers  # killed and reaped by the exporter
+        assert set(processes_with(str(tools / "rocm-smi"), serve.pid)) == hanging  # running: the exporter is alive
+        serve.proc.kill()
+        serve.proc.wait(timeout=30)
+        deadline = time.monotonic() + 30  # the kernel delivers the parent-death signal at once: only a guard
+        while processes_with(str(tools)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(str(tools)) == {}
+    finally:
+        serve.stop()
+        for pid in processes_with(str(tools)):  # only on failure: what this test started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
