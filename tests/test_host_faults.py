@@ -318,3 +318,69 @@ def test_sigkilled_exporter_leaves_no_tool_behind(tmp_path: Path) -> None:
         for pid in processes_with(str(tools)):  # only on failure: what this test started
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# --- 4. a GPU that falls off the bus ----------------------------------------------------------------------------
+
+
+def test_a_gpu_directory_removed_mid_walk_is_gpu_missing_and_the_others_keep_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sysfs walk is under way on GPU B (its identity read, its state next) when B's directories go, as when a
+    GPU falls off the bus: the hook is the walk's own file read (``deadline.read_regular``), which removes B's PCI
+    directory, its DRM minors, its driver link and its KFD node right before B's first state file is read. The
+    walk returns without a traceback or error log; A has its values in that same snapshot; the next devices run
+    has B as ``gpu_missing``."""
+    import shutil
+
+    import structlog
+
+    from exporter.sources import deadline
+    from exporter.sources.devices import DevicesSource
+    from exporter.sources.sysfs import SysfsSource
+
+    root = two_gpu_root(tmp_path)
+    config = root.config()
+    devices = DevicesSource(config)
+    assert not [c for c in devices.collect().active() if c.kind == "gpu_missing"]  # the baseline: both GPUs
+    sysfs = SysfsSource(config)
+    assert [(g.pci_bus, g.sysfs_read) for g in sysfs.collect().gpus] == [(A, "ok"), (B, "ok")]
+
+    b_dir = str(root.pci_dir(B))
+    trigger = f"{b_dir}/mem_info_vram_used"
+    real_read = deadline.read_regular
+    removed: list[str] = []
+
+    def unplug_b() -> None:
+        for path in (root.sys / "class" / "drm" / "card2", root.sys / "class" / "drm" / "renderD129",
+                     root.sys / "bus" / "pci" / "drivers" / "amdgpu" / B):  # fmt: skip
+            path.unlink()
+        shutil.rmtree(root.sys / "class" / "kfd" / "kfd" / "topology" / "nodes" / "2")
+        shutil.rmtree(b_dir)
+
+    def read_then_maybe_unplug(path: str | os.PathLike[str], limit: int) -> bytes:
+        if os.fspath(path) == trigger and not removed:
+            removed.append(os.fspath(path))
+            unplug_b()
+        return real_read(path, limit)
+
+    monkeypatch.setattr(deadline, "read_regular", read_then_maybe_unplug)
+    with structlog.testing.capture_logs() as logs:
+        during = sysfs.collect()
+        after = devices.collect()
+    assert removed == [trigger]  # the walk reached B's state: B's directory went mid-walk
+    a = next(g for g in during.gpus if g.pci_bus == A)
+    assert (a.sysfs_read, a.vram_used_bytes, a.vram_total_bytes, a.busy_ratio) == (
+        "ok",
+        10_485_760,
+        68_702_699_520,
+        0.0,
+    )
+    assert a.temperatures_celsius and a.power_watts == 42.0
+    b = [g for g in during.gpus if g.pci_bus == B]
+    assert all(g.vram_used_bytes is None and g.busy_ratio is None for g in b)  # no value read from a vanished GPU
+    assert not [e for e in logs if e.get("log_level") in ("error", "critical") or "exc_info" in e], logs
+    missing = [c for c in after.active() if c.kind == "gpu_missing"]
+    assert [(c.subject, c.pci_bus) for c in missing] == [(B, B)], after.active()
+    next_walk = sysfs.collect()
+    assert [(g.pci_bus, g.sysfs_read, g.vram_used_bytes) for g in next_walk.gpus] == [(A, "ok", 10_485_760)]
