@@ -39,12 +39,20 @@ def two_gpu_root(base: Path) -> FakeRoot:
 class Serve:
     """``serve`` on a fake root, its log in a file; ``port`` from its ``serving`` line."""
 
-    def __init__(self, root: FakeRoot, log: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: FakeRoot,
+        log: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        wrapper: tuple[str, ...] = (),
+    ) -> None:
+        """``wrapper``: argv that execs serve's argv given after it (serve's pid stays the wrapper's)."""
         kernel_log = root.root / "var" / "log" / "kern.log"
         kernel_log.parent.mkdir(parents=True, exist_ok=True)
         kernel_log.touch()
         argv = [
-            sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1:0",
+            *wrapper, sys.executable, "-m", "exporter", "serve", "--web.listen-address", "127.0.0.1:0",
             "--path.rootfs", str(root.root), "--state.dir", str(root.state_dir), "--kernel-log.path",
             str(kernel_log), "--log.format", "json", *extra,
         ]  # fmt: skip
@@ -384,3 +392,136 @@ def test_a_gpu_directory_removed_mid_walk_is_gpu_missing_and_the_others_keep_the
     assert [(c.subject, c.pci_bus) for c in missing] == [(B, B)], after.active()
     next_walk = sysfs.collect()
     assert [(g.pci_bus, g.sysfs_read, g.vram_used_bytes) for g in next_walk.gpus] == [(A, "ok", 10_485_760)]
+
+
+# --- 5. memory under the pod's request -------------------------------------------------------------------------
+
+MIB = 1 << 20
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+STORM_LINES = int(os.environ.get("ROCM_WATCHDOG_STORM_LINES", "1000000"))
+STORM_TEXTS = (
+    "amdgpu {bdf}: amdgpu: GPU reset begin! (line {n})",
+    "amdgpu {bdf}: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:{vmid} pasid:{pasid}, for process python3 pid "
+    "{n} thread python3 pid {n})",
+    "amdgpu {bdf}: amdgpu:   in page starting at address 0x{n:012x} from client 0x1b (UTCL2)",
+    "amdgpu {bdf}: amdgpu: ring gfx_0.0.0 timeout, signaled seq={n}, emitted seq={m}",
+)
+
+
+def own_memory_cgroup() -> Path | None:
+    """The cgroup v1 memory controller's directory this process is in (from /proc/self/cgroup), if writable."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            where = MEMORY_CGROUP / path.lstrip("/")
+            return where if os.access(where, os.W_OK) else None
+    return None
+
+
+def memory_stat(cgroup: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in (cgroup / "memory.stat").read_text().splitlines())}
+
+
+@pytest.mark.skipif(own_memory_cgroup() is None, reason="needs a writable cgroup v1 memory controller")
+def test_serve_in_a_128_mib_cgroup_on_64_partitions_under_a_kernel_log_storm(tmp_path: Path) -> None:
+    """The exporter container's memory request (deploy/kubernetes: 128Mi) as a hard cgroup v1 limit, made under the
+    cgroup this test runs in: serve on an 8x MI300X node in CPX mode (64 partitions), every default in-process
+    source, while ROCM_WATCHDOG_STORM_LINES (1,000,000) amdgpu lines (resets, page faults, ring timeouts, over the
+    8 GPUs, no two alike) are appended to its followed kernel log and it is scraped. It is never OOM-killed
+    (``memory.oom_control`` ``oom_kill 0``), every reset is counted, and its RSS (``memory.stat`` rss + rss_huge, not
+    the page cache), sampled every 50 ms, peaks below 96 MiB."""
+    from fakeroot import mi300x_node
+
+    parent = own_memory_cgroup()
+    assert parent is not None
+    cgroup = parent / f"rocm-watchdog-test-{os.getpid()}"
+    cgroup.mkdir()
+    try:
+        (cgroup / "memory.limit_in_bytes").write_text(str(128 * MIB))
+        root = mi300x_node(tmp_path, modes=("CPX",) * 8)
+        bdfs = sorted({g.bdf for g in root.gpus})
+        assert len(bdfs) == 8
+        kernel_log = root.root / "var" / "log" / "kern.log"
+        kernel_log.parent.mkdir(parents=True, exist_ok=True)
+        kernel_log.touch()
+        log = tmp_path / "serve.log"
+        enter = f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"'
+        serve = Serve(root, log, "--no-collector.rocm-smi", "--no-collector.amd-smi", wrapper=("sh", "-c", enter, "sh"))
+        try:
+            serve.wait_for("64 partitions", lambda t: t.count("rocm_gpu_info{") == 64)
+            assert int((cgroup / "cgroup.procs").read_text().split()[0]) == serve.pid
+            peak = 0
+            resets = 0
+            rss: list[int] = []
+
+            def sample_rss() -> None:
+                nonlocal peak
+                stat = memory_stat(cgroup)
+                rss.append(stat["rss"] + stat.get("rss_huge", 0))
+                peak = max(peak, rss[-1])
+
+            sample_rss()
+            started = time.monotonic()
+            last_sample = 0.0
+            with kernel_log.open("ab") as f:
+                chunk: list[str] = []
+                for n in range(STORM_LINES):
+                    kind = n % len(STORM_TEXTS)
+                    resets += kind == 0
+                    message = STORM_TEXTS[kind].format(
+                        bdf=bdfs[(n // len(STORM_TEXTS)) % 8], n=n, m=n + 2, vmid=n % 16, pasid=32768 + n % 4096
+                    )
+                    chunk.append(f"[{100 + n / 1000:12.6f}] {message}\n")
+                    if len(chunk) == 10_000:
+                        f.write("".join(chunk).encode())
+                        f.flush()
+                        chunk.clear()
+                        if time.monotonic() - last_sample >= 0.05:
+                            sample_rss()
+                            last_sample = time.monotonic()
+                f.write("".join(chunk).encode())
+
+            def counted(t: str) -> bool:
+                sample_rss()
+                total = sum(
+                    sample(t, "rocm_kernel_events_total", **{"class": "gpu_reset_begin", "pci_bus": b}) or 0.0
+                    for b in bdfs
+                )
+                assert total <= resets, (total, resets)
+                return total == resets
+
+            deadline = time.monotonic() + 600
+            while not counted(text := serve.metrics()):  # sampled between scrapes too: a scrape is 64 GPUs' render
+                kernel = "\n".join(x for x in text.splitlines() if "kernel" in x and "reset" in x or "source_" in x)
+                assert time.monotonic() < deadline, f"resets not all counted:\n{kernel}\n{log.read_text()[-2000:]}"
+                for _ in range(4):
+                    time.sleep(0.05)
+                    sample_rss()
+            seconds = time.monotonic() - started
+            oom = dict(line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines())
+            hwm = int(re.search(r"VmHWM:\s+(\d+)", Path(f"/proc/{serve.pid}/status").read_text()).group(1))  # type: ignore[union-attr]
+            figures = {
+                "lines": STORM_LINES,
+                "resets": resets,
+                "seconds": round(seconds, 1),
+                "rss_peak_mib": round(peak / MIB, 1),
+                "rss_end_mib": round(rss[-1] / MIB, 1),
+                "samples": len(rss),
+                "vmhwm_mib": round(hwm / 1024, 1),
+                "oom_kill": int(oom.get("oom_kill", "0")),
+                "under_oom": int(oom["under_oom"]),
+            }
+            print("storm_in_128mib_cgroup", json.dumps(figures))
+            assert serve.proc.poll() is None, figures
+            assert figures["oom_kill"] == 0 and figures["under_oom"] == 0, figures
+            assert peak < 96 * MIB, figures
+            assert serve.stop() == 0
+        finally:
+            serve.stop()
+    finally:
+        for _ in range(100):  # empty once serve has exited
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -389,7 +389,10 @@ class KernelLogSource:
             raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
         self._backlog_bytes += result.bytes_read
         if self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more:
-            trim_heap()  # a backlog was worked off: its records are garbage now
+            # a backlog was worked off: its records are garbage now, and so are the plans of its texts, which would
+            # pin the heap's pages they are scattered over
+            self.classifier.drop_cache()
+            trim_heap()
             self._backlog_bytes = 0
         elif not result.bytes_read:
             self._backlog_bytes = 0
