@@ -388,13 +388,8 @@ class KernelLogSource:
             self.close()
             raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
         self._backlog_bytes += result.bytes_read
-        if self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more:
-            # a backlog was worked off: its records are garbage now, and so are the plans of its texts, which would
-            # pin the heap's pages they are scattered over
-            self.classifier.drop_cache()
-            trim_heap()
-            self._backlog_bytes = 0
-        elif not result.bytes_read:
+        worked_off = self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more
+        if worked_off or not result.bytes_read:
             self._backlog_bytes = 0
         if result.overruns:
             self._warn(f"{self.path}: reader fell behind the kernel ring buffer ({result.overruns} overruns)")
@@ -416,6 +411,13 @@ class KernelLogSource:
         if self._dirty and self._persist_due() <= 0:
             self._persist()
         self._check_fifo_writer(result)
+        if worked_off:
+            # A backlog was worked off, this batch included: its records are garbage once ``result`` goes, and so
+            # are the plans of its texts, which would pin the heap's pages they are scattered over (a 1M-line
+            # all-amdgpu backlog: +20.8 MiB kept with them, +11.9 with the plans of the last batch alone).
+            del result
+            self.classifier.drop_cache()
+            trim_heap()
         return self.state()
 
     def _take_file_records(self, records: Sequence[KernelRecord | SkippedRecords], now: float) -> None:
