@@ -502,7 +502,10 @@ def self_alerts(r: Rules) -> list[Alert]:
         ),
         Alert(
             "RocmWatchdogKernelLogDown",
-            r.named(r.s("rocm_watchdog_source_up", 'source="kernel-log"') + " == 0"),
+            r.named(
+                r.s("rocm_watchdog_source_up", 'source="kernel-log"')
+                + f" == 0\nunless on(instance, job, source) {r.s('rocm_watchdog_source_pending')} == 1"
+            ),
             "warning",
             "rocm-watchdog cannot read the kernel log on {{ $labels.nodename }}",
             "GPU resets, ring timeouts and RAS errors are not counted while the kernel-log reader fails (no "
@@ -527,7 +530,11 @@ def self_alerts(r: Rules) -> list[Alert]:
         ),
         Alert(
             "RocmWatchdogSourceFailing",
-            r.named(f"{r.s('rocm_watchdog_source_up')} == 0"),
+            # a source whose first run has not finished (a tool slow to start) is pending, not failing
+            r.named(
+                f"{r.s('rocm_watchdog_source_up')} == 0\n"
+                f"unless on(instance, job, source) {r.s('rocm_watchdog_source_pending')} == 1"
+            ),
             "warning",
             "rocm-watchdog source {{ $labels.source }} failing on {{ $labels.nodename }}",
             "The {{ $labels.source }} source has failed for 10 minutes (the exporter's log says why: event "

@@ -122,8 +122,8 @@ def _listen_address(value: Any) -> str:
 
 def _telemetry_path(value: Any) -> str:
     path = str(value)
-    if not path.startswith("/") or any(c in path for c in "?# \t\r\n") or path == "/healthz":
-        raise ValueError(f"expected a path starting with / (not /healthz, no query or blanks), got {path!r}")
+    if not path.startswith("/") or any(c in path for c in "?# \t\r\n") or path in ("/healthz", "/readyz"):
+        raise ValueError(f"expected a path starting with / (not /healthz or /readyz, no query or blanks), got {path!r}")
     return path
 
 
@@ -1137,8 +1137,8 @@ def _exit_by_deadline(seconds: float, listeners: Sequence[Any] = ()) -> None:
     at exit is stuck), kill the tools' process groups, close ``listeners``, log which threads remain and leave with
     ``os._exit(0)``.
 
-    Normally it never fires: collect runs and abandoned reads are daemon threads, APScheduler's jobs only
-    dispatch (in its own thread), and nothing else waits. A read in uninterruptible sleep (D state) cannot
+    Normally it never fires: collect runs and abandoned reads are daemon threads, the scheduler's timer only
+    dispatches (in its own thread), and nothing else waits. A read in uninterruptible sleep (D state) cannot
     be ended at all: its daemon thread stays in the kernel, and the kernel reaps the process only when that read
     returns, but everything else (tools, listening sockets, other threads) is gone by then.
     """
@@ -1182,6 +1182,9 @@ def cmd_serve(
     from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
     limit_arenas()  # before the first thread: the collections' and scrapes' threads share two malloc arenas
+    from exporter.sources.orphans import become_subreaper
+
+    become_subreaper()  # a tool's helper that left its group (setsid) is re-parented here, and killed
 
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
@@ -1211,12 +1214,27 @@ def cmd_serve(
     def healthy() -> tuple[bool, str]:
         return (not stop.is_set(), "ok" if not stop.is_set() else "shutting down")
 
+    def ready() -> tuple[bool, str]:
+        alive, detail = healthy()
+        pending = scheduler.store.view(0.0).pending()  # the store outlives a reload's scheduler
+        if alive and pending:
+            return False, "waiting for the first run of: " + ", ".join(pending)
+        return alive, detail
+
     limits = Limits(
         backlog=config.web_listen_backlog,
         max_requests=config.web_max_requests,
         limited_paths=frozenset({config.web_telemetry_path}),
     )
-    app = make_app(exposition.get, web, healthy, config.web_telemetry_path, exporter_metrics.scrapes.observe, note=note)
+    app = make_app(
+        exposition.get,
+        web,
+        healthy,
+        config.web_telemetry_path,
+        exporter_metrics.scrapes.observe,
+        ready=ready,
+        note=note,
+    )
     try:
         server = serve(
             config.listen_address, app, web, limits=limits, systemd_socket=config.web_systemd_socket, stats=http_stats

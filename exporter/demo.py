@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exporter.clock import wall_time
+
 if TYPE_CHECKING:
     from exporter.config import Config
     from exporter.fakehost.builder import FakeRoot
@@ -333,7 +335,7 @@ class Demo:
         from exporter.model.devices import DeviceWatchState
         from exporter.model.kernel import KernelLogState
 
-        view = store.view(time.time())
+        view = store.view(wall_time())
         d, k = view.fresh_data("devices"), view.fresh_data("kernel-log")
         return (
             d if isinstance(d, DeviceWatchState) else None,
@@ -354,6 +356,7 @@ class Demo:
         collected = threading.Event()
         store.subscribe(lambda name: collected.set() if name == "devices" else None)
         limit = max(30.0, WAIT_FACTOR * self.devices_interval)
+
         # every source through its first run (the sysfs source's GPUs, the kernel log's counters) and a baseline:
         # a scrape after "ready" sees the whole host
         def first_runs_done(d: DeviceWatchState | None, k: KernelLogState | None) -> bool:
@@ -613,4 +616,4 @@ def _stderr_to(path: Path) -> int:
 
 def _sysfs_read(store: SnapshotStore) -> bool:
     """Whether the sysfs source has a fresh snapshot (its first run is done)."""
-    return store.view(time.time()).fresh_data("sysfs") is not None
+    return store.view(wall_time()).fresh_data("sysfs") is not None

@@ -1,4 +1,9 @@
-"""HTTP: ``/metrics`` (bytes from an exposition provider), ``/`` landing page, ``/healthz``. Serves from memory.
+"""HTTP: ``/metrics`` (bytes from an exposition provider), ``/`` landing page, ``/healthz``, ``/readyz``. Serves
+from memory.
+
+``/healthz`` is liveness: 200 while the process serves (503 once it is shutting down). ``/readyz`` is readiness:
+503 until every enabled source has finished its first run (succeeded or failed: a tool slow to start, as amd-smi
+is on some hosts during DRM enumeration, holds it), then as ``/healthz``.
 
 The application is a plain function of a request (``App``); the server it runs on (``exporter.server``) owns
 connections, deadlines, fair shares, TLS and basic auth. ``/metrics`` negotiates as prometheus_client does:
@@ -50,7 +55,8 @@ LANDING = """<!doctype html>
 <body>
 <h1>rocm-watchdog {version}</h1>
 <p>Prometheus exporter and stability watchdog for AMD ROCm GPU nodes.</p>
-{note}<ul><li><a href="{telemetry_href}">{telemetry_path}</a></li><li><a href="healthz">/healthz</a></li></ul>
+{note}<ul><li><a href="{telemetry_href}">{telemetry_path}</a></li><li><a href="healthz">/healthz</a></li>
+<li><a href="readyz">/readyz</a></li></ul>
 </body></html>
 """
 
@@ -93,6 +99,7 @@ class App(msgspec.Struct, frozen=True):
     landing: bytes = b""
     telemetry_path: str = "/metrics"  # --web.telemetry-path
     observe: Callable[[float], None] | None = None  # told how long each answer of the telemetry path took
+    ready: Callable[[], tuple[bool, str]] | None = None  # /readyz; None: as /healthz
 
     def __call__(self, request: Request) -> Response:
         if request.path == self.telemetry_path:
@@ -108,6 +115,9 @@ class App(msgspec.Struct, frozen=True):
         if request.path == "/healthz":
             ok, detail = self.healthy()
             return Response(200 if ok else 503, detail.encode() + b"\n")
+        if request.path == "/readyz":
+            ok, detail = (self.ready or self.healthy)()
+            return Response(200 if ok else 503, detail.encode() + b"\n")
         if request.path == "/":
             return Response(200, self.landing, "text/html; charset=utf-8")
         return Response(404, b"Not Found\n")
@@ -120,6 +130,7 @@ def make_app(
     telemetry_path: str = "/metrics",
     observe: Callable[[float], None] | None = None,
     note: str = "",
+    ready: Callable[[], tuple[bool, str]] | None = None,
 ) -> App:
     """The app over a provider, or over a registry rendered per scrape. ``web`` is kept for the call's
     compatibility: auth and TLS are the server's (``serve``). ``note``: a paragraph of text for the landing page
@@ -132,7 +143,7 @@ def make_app(
         telemetry_href=html.escape(telemetry_path.lstrip("/") or "."),
         note=f"<p><strong>{html.escape(note)}</strong></p>\n" if note else "",
     )
-    return App(exposition, healthy, landing.encode(), telemetry_path, observe)
+    return App(exposition, healthy, landing.encode(), telemetry_path, observe, ready)
 
 
 def serve(

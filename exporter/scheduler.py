@@ -1,36 +1,39 @@
 """Collect on a schedule, serve from memory.
 
-One APScheduler 3.x interval job per polled source (one run at a time, so a hung tool never piles up runs,
-``coalesce=True`` so missed runs collapse into one, jitter so a fleet does not run rocm-smi in lock-step).
-A source that can wait for its input (the kernel log: ``WaitingSource``) gets a thread of its own instead,
+One timer thread runs every polled source on the monotonic clock (``_Timer``): one run at a time, so a hung tool
+never piles up runs; missed runs coalesce into one; jitter (a tenth of intervals of 5 s and more) so a fleet does not
+run rocm-smi in lock-step. Its due times are ``time.monotonic()`` readings, so a step of the system clock (an NTP
+step, a VM restored from a snapshot) neither stops collection nor runs it in a burst: APScheduler 3.x, which this
+replaced, computes its run times on the wall clock, and an interval job stepped an hour back ran no more for an
+hour. A source that can wait for its input (the kernel log: ``WaitingSource``) gets a thread of its own instead,
 which collects whenever input arrives and at least every interval (its heartbeat), so it never reads as stale
 while healthy and costs nothing while the host is quiet. The wrapper here, not the sources, records every
-source's health in the store.
+source's health in the store, on ``exporter.clock.wall_time`` (monotonic) readings.
 
-No run can wedge its source or the daemon. The APScheduler job of a polled source only dispatches (``_Guard``):
-it hands the collect to the source's own daemon thread and returns at once, so it runs in APScheduler's own
-thread (no executor pool: each hand-off between threads costs a wake-up, the bulk of an idle daemon's CPU on a
-VM), never blocks it (nor keeps the process alive at exit), and APScheduler never reaches ``max_instances`` (its
-plain-text "skipped" line; whatever it still logs at warning goes through structlog). A tick while a run is in progress
-starts no other and is logged as ``source_skipped`` (info once per streak, then debug). A run still going past
-its deadline (``Scheduled.deadline_seconds``: the tool's timeout plus a grace, or ``IN_PROCESS_DEADLINE_SECONDS``)
-is recorded as a failure (``up`` 0) at every tick until it returns. So at most one thread per source is ever
-stuck; a read in uninterruptible sleep leaves exactly that daemon thread behind (``exporter.sources.deadline``).
+No run can wedge its source or the daemon. The timer only dispatches (``_Guard``): it hands the collect to the
+source's own daemon thread and returns at once, so it never blocks (nor keeps the process alive at exit). The
+source's thread lives as long as the process (a tool's parent-death signal fires when the thread that started it
+ends: ``exporter.sources.runner``). A tick while a run is in progress starts no other and is logged as
+``source_skipped`` (info once per streak, then debug). A run still going past its deadline
+(``Scheduled.deadline_seconds``: the tool's timeout plus a grace, or ``IN_PROCESS_DEADLINE_SECONDS``) is recorded as
+a failure (``up`` 0) at every tick until it returns. So at most one thread per source is ever stuck; a read in
+uninterruptible sleep leaves exactly that daemon thread behind (``exporter.sources.deadline``).
 """
 
 from __future__ import annotations
 
 import contextvars
-import logging
+import heapq
 import queue
+import random
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
+from exporter.clock import wall_time
 from exporter.logging import get_logger
 from exporter.sources import Source, SourceAbsent, SourceError
 from exporter.sources.wakeup import Interrupt, wait_readable
@@ -79,6 +82,13 @@ class Scheduled(msgspec.Struct, frozen=True):
 
 def run_source(source: Source[object], store: SnapshotStore) -> bool:
     """Run one collection and record its health; never raises. Returns whether it succeeded."""
+    try:
+        return _run_source(source, store)
+    finally:  # whatever it recorded under, none of its names waits for a first run any more
+        store.first_run_over((source.name, *getattr(source, "names", ())))
+
+
+def _run_source(source: Source[object], store: SnapshotStore) -> bool:
     started = time.monotonic()
     absent_label = getattr(source, "absent_label", None)  # a source whose tools may all be missing (auto smi)
     try:
@@ -100,7 +110,7 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     except Exception as exc:  # a bug in a source must not stop the others or the daemon
         bound = log.bind(source=source.name)
         error = f"internal error: {exc!r}"
-        previous = store.view(time.time()).entries.get(source.name)
+        previous = store.view(wall_time()).entries.get(source.name)
         if previous is None or previous.health.last_error != error:  # the traceback once, not every interval
             bound.exception("source_crashed")
         _record_failure(store, source.name, error, time.monotonic() - started, bound)
@@ -108,8 +118,8 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
     duration = time.monotonic() - started
     name = source.name
     bound = log.bind(source=name)
-    previous = store.view(time.time()).entries.get(name)
-    store.record_success(name, data, duration, time.time())
+    previous = store.view(wall_time()).entries.get(name)
+    store.record_success(name, data, duration, wall_time())
     if absent_label is not None:
         store.set_absent(absent_label, None)
     for other in getattr(source, "names", ()):  # the auto-selected tool: the one not chosen is not in use
@@ -123,8 +133,8 @@ def run_source(source: Source[object], store: SnapshotStore) -> bool:
 
 
 def _record_failure(store: SnapshotStore, name: str, error: str, duration: float, bound: FilteringBoundLogger) -> None:
-    previous = store.view(time.time()).entries.get(name)
-    store.record_failure(name, error, duration, time.time())
+    previous = store.view(wall_time()).entries.get(name)
+    store.record_failure(name, error, duration, wall_time())
     # Log when a source starts failing or fails differently; repeats of the same failure go to debug.
     if previous is None or previous.health.up is not False or previous.health.last_error != error:
         bound.warning("source_failed", error=error, duration_seconds=round(duration, 3))
@@ -170,7 +180,7 @@ class _Guard:
                 self._thread = None
 
     def tick(self) -> None:
-        """APScheduler's job: start a run unless one is in progress; returns at once."""
+        """The timer's call: start a run unless one is in progress; returns at once."""
         with self._lock:
             if self._stopping:
                 return
@@ -226,6 +236,7 @@ class _Guard:
             return
         error = f"a run did not return within {self._job.deadline_seconds:g}s; no new run starts until it does"
         _record_failure(self._store, name, error, age, log.bind(source=name))
+        self._store.first_run_over(self._job.names)
 
     def _execute(self, run: _Run) -> None:
         try:
@@ -234,29 +245,62 @@ class _Guard:
             run.done.set()
 
 
-class _ToStructlog(logging.Handler):
-    """APScheduler's warnings and errors as structured events instead of the logging module's plain text."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            level = "error" if record.levelno >= logging.ERROR else "warning"
-            getattr(log, level)("apscheduler", logger=record.name, message=record.getMessage())
-        except Exception:
-            self.handleError(record)
+def jitter_seconds(interval_seconds: float) -> float:
+    """The most a run is moved past its due time: a tenth of intervals of 5 s and more, none below."""
+    return interval_seconds * 0.1 if interval_seconds >= 5 else 0.0
 
 
-def _route_apscheduler_logs() -> None:
-    logger = logging.getLogger("apscheduler")
-    if not any(isinstance(h, _ToStructlog) for h in logger.handlers):
-        logger.addHandler(_ToStructlog(logging.WARNING))
-    logger.propagate = False
+def next_due(first: float, interval_seconds: float, now: float) -> float:
+    """The first point of the grid ``first + k * interval`` after ``now`` (monotonic seconds): runs missed while a
+    thread was not scheduled, or the machine was suspended, collapse into the one due now."""
+    if now < first:
+        return first
+    interval = max(interval_seconds, 0.001)
+    return first + (int((now - first) // interval) + 1) * interval
+
+
+class _Timer:
+    """The polled sources' ticks, each on its own grid of the monotonic clock, in one thread that sleeps in
+    poll(2) on the interrupt until the next is due."""
+
+    def __init__(self, guards: Sequence[tuple[Scheduled, _Guard]], interrupt: Interrupt) -> None:
+        self._interrupt = interrupt
+        start = time.monotonic()
+        self._jobs = list(guards)
+        # (due, index, grid point): the grid point without its jitter, so jitter never accumulates
+        self._heap = [(start, i, start) for i in range(len(self._jobs))]  # first run at once
+        heapq.heapify(self._heap)
+        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_seconds: float) -> None:
+        self._thread.join(timeout_seconds)
+
+    def _loop(self) -> None:
+        heap, interrupt = self._heap, self._interrupt
+        while heap and not interrupt.is_set():
+            due, i, point = heap[0]
+            wait = due - time.monotonic()
+            if wait > 0:
+                interrupt_wait(interrupt, wait)
+                continue
+            job, guard = self._jobs[i]
+            try:
+                guard.tick()
+            except Exception:  # a bug in dispatching must not end every source's schedule
+                log.exception("source_tick_failed", source=job.source.name)
+            point = next_due(point, job.interval_seconds, time.monotonic())
+            jitter = jitter_seconds(job.interval_seconds)
+            heapq.heapreplace(heap, (point + (random.uniform(0, jitter) if jitter else 0.0), i, point))
 
 
 class Scheduler:
     def __init__(self, store: SnapshotStore, jobs: Sequence[Scheduled]) -> None:
         self._store = store
         self._jobs = list(jobs)
-        self._scheduler: Any = None
+        self._timer: _Timer | None = None
         self._interrupt: Interrupt | None = None
         self._threads: list[threading.Thread] = []
         self._guards: dict[int, _Guard] = {}  # id(job) -> its guard, made on first use
@@ -280,18 +324,8 @@ class Scheduler:
         return guard
 
     def start(self) -> None:
-        from apscheduler.executors.debug import DebugExecutor  # not for once: 40 ms of imports
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        _route_apscheduler_logs()
-        scheduler = BackgroundScheduler(
-            # the jobs only dispatch (_Guard.tick): run in the scheduler's thread, not handed to a pool's
-            executors={"default": DebugExecutor()},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone=timezone.utc,
-        )
-        now = datetime.now(timezone.utc)
         interrupt = self._interrupt = Interrupt()
+        polled: list[tuple[Scheduled, _Guard]] = []
         for job in self._jobs:
             if isinstance(job.source, WaitingSource):
                 thread = threading.Thread(
@@ -299,18 +333,10 @@ class Scheduler:
                 )
                 thread.start()
                 self._threads.append(thread)
-                continue
-            scheduler.add_job(
-                self._guard(job).tick,
-                "interval",
-                seconds=job.interval_seconds,
-                jitter=job.interval_seconds * 0.1 if job.interval_seconds >= 5 else None,
-                next_run_time=now,  # first run at once, not one interval after start
-                id=job.source.name,
-                name=job.source.name,
-            )
-        scheduler.start()
-        self._scheduler = scheduler
+            else:
+                polled.append((job, self._guard(job)))
+        self._timer = _Timer(polled, interrupt)
+        self._timer.start()
 
     def _follow(self, job: Scheduled, interrupt: Interrupt) -> None:
         """A waiting source's thread: collect, then sleep until input, the heartbeat or shutdown."""
@@ -338,12 +364,11 @@ class Scheduler:
         and the daemon has killed the tools first (runner.stop_all)."""
         for guard in self._guards.values():
             guard.stop()
-        if self._scheduler is not None:
-            # The jobs only dispatch, in the scheduler's thread: nothing to wait for.
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
         if self._interrupt is not None:
-            self._interrupt.set()
+            self._interrupt.set()  # the timer only dispatches: it ends at once
+            if self._timer is not None:
+                self._timer.join(SHUTDOWN_JOIN_SECONDS)
+                self._timer = None
             for thread in self._threads:  # a collect in progress finishes (it never blocks); then close below
                 thread.join(SHUTDOWN_JOIN_SECONDS)
             self._threads.clear()

@@ -7,6 +7,12 @@ Staleness rule: a source's data is exported while its last success is at most ``
 (three intervals plus the source's timeout, see ``scheduler``). Past that its values disappear from
 ``/metrics`` (``rocm_watchdog_source_stale{source}`` becomes 1) instead of being served as if fresh; its
 health series stay.
+
+Times are ``exporter.clock.wall_time()`` readings (unix seconds counted on the monotonic clock), so an age here is a
+monotonic age: a step of the system clock makes no source stale, nor a stale one fresh.
+
+Readiness rule: a registered source is ``pending`` until its first run has finished, whether it succeeded or failed
+(``StoreView.pending``; serve's ``/readyz`` answers 503 while any is).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class SourceHealth(msgspec.Struct, frozen=True):
     failures_total: int = 0
     consecutive_failures: int = 0
     last_error: str | None = None
+    pending: bool = False  # registered, its first run not finished yet
 
     def fresh(self, now: float) -> bool:
         return self.last_success is not None and now - self.last_success <= self.max_age_seconds
@@ -51,6 +58,10 @@ class StoreView(msgspec.Struct, frozen=True):
         if entry is None or not entry.health.fresh(self.now):
             return None
         return entry.data
+
+    def pending(self) -> tuple[str, ...]:
+        """The sources whose first run has not finished yet (not ready while there is one)."""
+        return tuple(sorted(name for name, entry in self.entries.items() if entry.health.pending))
 
 
 class SnapshotStore:
@@ -78,7 +89,7 @@ class SnapshotStore:
         with self._lock:
             old = self._entries.get(name)
             if old is None:
-                self._entries[name] = SourceEntry(SourceHealth(interval_seconds, max_age_seconds))
+                self._entries[name] = SourceEntry(SourceHealth(interval_seconds, max_age_seconds, pending=True))
             else:
                 health = replace(old.health, interval_seconds=interval_seconds, max_age_seconds=max_age_seconds)
                 self._entries[name] = SourceEntry(health, old.data)
@@ -106,6 +117,7 @@ class SnapshotStore:
                 last_success=now,
                 consecutive_failures=0,
                 last_error=None,
+                pending=False,
             )
             self._entries[name] = SourceEntry(health, data)
         self._notify(name)
@@ -121,6 +133,7 @@ class SnapshotStore:
                 failures_total=entry.health.failures_total + 1,
                 consecutive_failures=entry.health.consecutive_failures + 1,
                 last_error=error,
+                pending=False,
             )
             self._entries[name] = SourceEntry(health, entry.data)  # keep the last good data
         self._notify(name)
@@ -130,9 +143,11 @@ class SnapshotStore:
         duration or staleness series, as before its first run; its failure count stays."""
         with self._lock:
             entry = self._entries.get(name)
-            if entry is None or entry.health.up is None:
+            if entry is None or (entry.health.up is None and not entry.health.pending):
                 return
-            health = replace(entry.health, up=None, duration_seconds=None, consecutive_failures=0, last_error=None)
+            health = replace(
+                entry.health, up=None, duration_seconds=None, consecutive_failures=0, last_error=None, pending=False
+            )
             self._entries[name] = SourceEntry(health, None)
         self._notify(name)
 
@@ -146,6 +161,20 @@ class SnapshotStore:
             else:
                 self._absent[label] = why
         self._notify(label)
+
+    def first_run_over(self, names: Iterable[str]) -> None:
+        """The first run of the source that reports under ``names`` has finished (or passed its deadline): any of
+        them it recorded nothing under is no longer pending, and has no series (as a name not in use)."""
+        changed = False
+        with self._lock:
+            for name in names:
+                entry = self._entries.get(name)
+                if entry is not None and entry.health.pending:
+                    self._entries[name] = SourceEntry(replace(entry.health, pending=False), entry.data)
+                    changed = True
+        if changed:
+            for name in names:
+                self._notify(name)
 
     def view(self, now: float) -> StoreView:
         with self._lock:

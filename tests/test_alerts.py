@@ -465,6 +465,27 @@ def cases() -> list[dict[str, Any]]:
             ],
         },
         {
+            "name": "a source whose first run has not finished is pending, not failing (issue 26)",
+            "interval": "1m",
+            "input_series": [
+                HOST_INFO | {"values": "1x30"},
+                series("rocm_watchdog_source_up", "0x30", source="amd-smi"),
+                series("rocm_watchdog_source_pending", "1x30", source="amd-smi"),
+                series("rocm_watchdog_source_up", "0x30", source="kernel-log"),
+                series("rocm_watchdog_source_pending", "1x30", source="kernel-log"),
+                series("rocm_watchdog_source_up", "0x30", source="rocm-smi"),
+                series("rocm_watchdog_source_pending", "0x30", source="rocm-smi"),
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "20m",
+                    "alertname": "RocmWatchdogSourceFailing",
+                    "exp_alerts": [expect("RocmWatchdogSourceFailing", source="rocm-smi")],
+                },
+                {"eval_time": "20m", "alertname": "RocmWatchdogKernelLogDown", "exp_alerts": []},
+            ],
+        },
+        {
             "name": "a state file the exporter may not read",
             "interval": "1m",
             "input_series": [

@@ -97,12 +97,36 @@ def test_stale_sources_are_withdrawn_but_health_stays() -> None:
     assert registry.get_sample_value("rocm_watchdog_source_failures_total", {"source": "processes"}) == 1
 
 
-def test_never_run_sources_report_failures_from_zero_but_no_up() -> None:
+def test_pending_sources_report_up_0_and_pending_1_until_their_first_run() -> None:
+    """A registered source has its health series from the first scrape: up 0 while pending, told from a failure by
+    rocm_watchdog_source_pending 1 (the alert on up == 0 ignores it), which is served only while 1, as stale only
+    while stale; a name its source did not use has none."""
     store = SnapshotStore()
     store.register("rocm-smi", 30, 110)
+    store.register("amd-smi", 30, 110)
+    store.register("sysfs", 1, 3)
     registry = make_registry(store, Config(), clock=lambda: NOW)
-    assert registry.get_sample_value("rocm_watchdog_source_failures_total", {"source": "rocm-smi"}) == 0
-    assert registry.get_sample_value("rocm_watchdog_source_up", {"source": "rocm-smi"}) is None
+
+    def sample(name: str, source: str) -> float | None:
+        return registry.get_sample_value(name, {"source": source})
+
+    for source in ("rocm-smi", "amd-smi", "sysfs"):
+        assert sample("rocm_watchdog_source_failures_total", source) == 0
+        assert sample("rocm_watchdog_source_up", source) == 0
+        assert sample("rocm_watchdog_source_pending", source) == 1
+        assert sample("rocm_watchdog_source_stale", source) is None
+    assert store.view(NOW).pending() == ("amd-smi", "rocm-smi", "sysfs")
+    store.record_failure("sysfs", "boom", 0.1, NOW)
+    store.record_success("rocm-smi", object(), 0.1, NOW)
+    store.first_run_over(("amd-smi", "rocm-smi"))  # the auto-selected tool's run: amd-smi was not chosen
+    assert store.view(NOW).pending() == ()
+    assert (sample("rocm_watchdog_source_up", "sysfs"), sample("rocm_watchdog_source_pending", "sysfs")) == (0, None)
+    assert sample("rocm_watchdog_source_up", "rocm-smi") == 1
+    assert sample("rocm_watchdog_source_pending", "rocm-smi") is None
+    assert sample("rocm_watchdog_source_up", "amd-smi") is None
+    assert sample("rocm_watchdog_source_pending", "amd-smi") is None
+    store.register("sysfs", 2, 6)  # a reload keeps it: not pending again
+    assert store.view(NOW).pending() == ()
     build = build_info()
     labels = {"version": "0.1.0", "revision": build.revision, "branch": build.branch}
     assert registry.get_sample_value("rocm_watchdog_build_info", {**labels, "pythonversion": build.python_version}) == 1

@@ -245,8 +245,8 @@ def test_the_daemonset_keeps_its_security_properties(directory: str) -> None:
     assert mounts(exporter)[STATE_DIR]["name"] == state["name"] and not mounts(exporter)[STATE_DIR].get("readOnly")
     assert mounts(exporter)["/run/rocm-watchdog"] == {**relayed, "readOnly": True}
     assert exporter["ports"] == [{"name": "metrics", "containerPort": 9862, "protocol": "TCP"}]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert exporter[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert exporter["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert exporter["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
     # the host's gids come from an overlay's patch, never from the base
     groups = spec["securityContext"].get("supplementalGroups")

@@ -6,13 +6,13 @@ process metrics never mix with ours: serve adds its own (``exporter.metrics.self
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.inventory import gpu_inventory, known_gpus, merge_links, physical_gpu, smi_reports, tool_processes
 from exporter.metrics.devices import device_families
@@ -111,7 +111,7 @@ class RocmCollector(Collector):
         self,
         store: SnapshotStore,
         config: Config,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
         push: PushStatus | None = None,
         exporter_metrics: ExporterMetrics | None = None,
         http: Callable[[], StatsView] | None = None,
@@ -293,7 +293,7 @@ class RocmCollector(Collector):
 def make_registry(
     store: SnapshotStore,
     config: Config,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = wall_time,
     push: PushStatus | None = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)

@@ -22,11 +22,16 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
     last_success = new_family(names.SOURCE_LAST_SUCCESS)
     failures = new_family(names.SOURCE_FAILURES)
     stale = new_family(names.SOURCE_STALE)
+    pending = new_family(names.SOURCE_PENDING)
     for name in sorted(view.entries):
         health = view.entries[name].health
         failures.add_metric([name], health.failures_total)  # from zero, so increase() works at once
+        if health.pending:  # registered, its first run not finished: up 0, told from a failure by pending 1
+            up.add_metric([name], 0)
+            pending.add_metric([name], 1)  # only while pending, as stale only while stale
+            continue
         if health.up is None:
-            continue  # registered but never run yet (or the smi tool auto-selection did not pick it)
+            continue  # the smi tool auto-selection did not pick it
         up.add_metric([name], 1 if health.up else 0)
         if health.duration_seconds is not None:
             duration.add_metric([name], health.duration_seconds)
@@ -34,7 +39,7 @@ def health_families(view: StoreView, nodename: str = "") -> Iterator[Metric]:
             last_success.add_metric([name], health.last_success)
         if not health.fresh(view.now):
             stale.add_metric([name], 1)  # only while stale: up and last_success say the rest
-    yield from (up, duration, last_success, failures, stale)
+    yield from (up, duration, last_success, failures, stale, pending)
     if view.absent:
         absent = new_family(names.SOURCE_ABSENT)
         for label in sorted(view.absent):

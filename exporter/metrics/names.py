@@ -493,6 +493,11 @@ SOURCE_STALE = Spec(
     "1 when the source's last success is too old and its values are no longer exported",
     ("source",),
 )
+SOURCE_PENDING = Spec(
+    "rocm_watchdog_source_pending",
+    "1 while the source's first run has not finished (its up is 0 meanwhile, not a failure; /readyz answers 503)",
+    ("source",),
+)
 BUILD_INFO = Spec(
     "rocm_watchdog_build_info",
     "Build information, 1: version, git revision and branch of the build (unknown when not built from git), Python "

@@ -38,6 +38,7 @@ import msgspec
 import requests
 from msgspec.structs import replace
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.logging import get_logger
 from exporter.model.devices import Condition, DeviceWatchState
@@ -302,7 +303,7 @@ class _Target:
             else:
                 log.debug("alertmanager_push_still_failing", alertmanager=self.label, error=error)
             return False
-        self._status.record_success(self.label, time.time())
+        self._status.record_success(self.label, wall_time())
         with self._lock:
             for key, alert in batch.items():
                 if self._pending.get(key) is alert:  # not replaced by a newer version while it was posted
@@ -324,7 +325,7 @@ class AlertmanagerPusher:
         config: Config,
         status: PushStatus,
         generator: str = "",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
     ) -> None:
         self._store = store
         self._config = config

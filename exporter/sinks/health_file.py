@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.logging import get_logger
 from exporter.metrics.verdict import VERDICT_SOURCES, health_verdict
@@ -82,7 +83,7 @@ class HealthFileWriter:
         self,
         store: SnapshotStore,
         config: Callable[[], Config],
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
         refresh_seconds: float = REFRESH_SECONDS,
     ) -> None:
         self._store = store
@@ -124,8 +125,10 @@ class HealthFileWriter:
     def tick(self) -> bool:
         """Write the file when the verdict changed or the heartbeat is due; True when it was written."""
         config = self._config()
-        now = self._clock()
-        verdict = health_verdict(self._store.view(now), config.health_event_window_seconds)
+        # the verdict on the exporter's monotonic wall time (what the store records); the file's stamp on the real
+        # clock, which the plugin compares with its own `date +%s`
+        verdict = health_verdict(self._store.view(self._clock()), config.health_event_window_seconds)
+        now = time.time()
         path = config.state_dir / VERDICT_FILE
         due = self._written_at is None or time.monotonic() - self._written_at >= self._refresh * 0.9
         if not due and self._last == (path, verdict):

@@ -18,13 +18,13 @@ import os
 import re
 import stat
 import struct
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.logging import get_logger
 from exporter.model.devices import (
@@ -393,7 +393,7 @@ class DevicesSource:
     name = "devices"
 
     def __init__(
-        self, config: Config, clock: Callable[[], float] = time.time, creds: ProcessCreds | None = None
+        self, config: Config, clock: Callable[[], float] = wall_time, creds: ProcessCreds | None = None
     ) -> None:
         self._config = config
         self._clock = clock

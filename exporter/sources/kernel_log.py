@@ -15,6 +15,7 @@ aside and reported in the state).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import stat
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.heap import trim_heap
 from exporter.logging import get_logger
@@ -203,7 +205,7 @@ class KernelLogSource:
         config: Config,
         known_gpus: Callable[[], Sequence[str]],
         rules: KernelRules | None = None,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] = wall_time,
         monotonic_clock: Callable[[], float] = time.monotonic,
         kmsg_stream: RawReader | None = None,
         persist_every_seconds: float = 0.0,
@@ -409,10 +411,10 @@ class KernelLogSource:
             self.close()
             raise SourceError(f"reading {self.path} failed: {exc.strerror or exc}") from exc
         self._backlog_bytes += result.bytes_read
-        if self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more:
-            trim_heap()  # a backlog was worked off: its records are garbage now
-            self._backlog_bytes = 0
-        elif not result.bytes_read:
+        worked_off = self._backlog_bytes >= TRIM_AFTER_BYTES and not self._reader.more
+        if worked_off:
+            log.info("backlog_read", bytes=self._backlog_bytes, path=str(self.path))
+        if worked_off or not result.bytes_read:
             self._backlog_bytes = 0
         if result.overruns:
             self._warn(f"{self.path}: reader fell behind the kernel ring buffer ({result.overruns} overruns)")
@@ -438,6 +440,14 @@ class KernelLogSource:
         if self._dirty and self._persist_due() <= 0:
             self._persist()
         self._check_fifo_writer(result)
+        if worked_off:
+            # A backlog was worked off, this batch included: its records are garbage once ``result`` goes, and so
+            # are the plans of its texts, which would pin the heap's pages they are scattered over (a 1M-line
+            # all-amdgpu backlog: +20.8 MiB kept with them, +11.9 with the plans of the last batch alone).
+            del result
+            self.classifier.drop_cache()
+            gc.collect()  # the cycles among them too, which a daemon's rare full collections would leave for long
+            trim_heap()
         return self.state()
 
     def _take_file_records(self, records: Sequence[KernelRecord | SkippedRecords], now: float) -> None:

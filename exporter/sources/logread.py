@@ -36,7 +36,7 @@ MAX_READS_PER_COLLECT = 200_000  # bounds one collect(); the rest is read on the
 # Bytes one collect() reads at most, so a large backlog (a multi-GB kern.log on first start, a flood through a
 # FIFO) is worked off a slice at a time with bounded memory instead of all at once: the reader says ``more``
 # and the source's thread comes back at once.
-MAX_BYTES_PER_COLLECT = 2 << 20
+MAX_BYTES_PER_COLLECT = 512 << 10
 MAX_LINE_BYTES = 64 << 10  # a "line" longer than this without a newline is not a log line: dropped, warned
 FINGERPRINT_BYTES = 256  # how much of a file's start tells it from another (timestamps make it unique)
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".Z")

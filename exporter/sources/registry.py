@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
+from exporter.clock import wall_time
 from exporter.config import Config
 from exporter.model.smi import SmiReport
 from exporter.scheduler import Scheduled
@@ -47,7 +47,7 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
         from exporter.sources.processes import ProcessesSource
 
         def reports() -> list[SmiReport]:
-            return smi_reports(store.view(time.time()))
+            return smi_reports(store.view(wall_time()))
 
         jobs.append(Scheduled(ProcessesSource(config, reports), interval["processes"]))
     if config.enabled("kubernetes"):  # opt-in: --collector.kubernetes; grpcio is imported by its first run
@@ -59,7 +59,7 @@ def build_jobs(config: Config, store: SnapshotStore) -> list[Scheduled]:
         from exporter.sources.kernel_log import PERSIST_EVERY_SECONDS, KernelLogSource
 
         source = KernelLogSource(
-            config, lambda: known_gpus(store.view(time.time())), persist_every_seconds=PERSIST_EVERY_SECONDS
+            config, lambda: known_gpus(store.view(wall_time())), persist_every_seconds=PERSIST_EVERY_SECONDS
         )
         jobs.append(Scheduled(source, interval["kernel-log"]))
     return jobs

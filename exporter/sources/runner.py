@@ -8,7 +8,9 @@ that forks helpers, or a wrapper script, leaves nothing behind). argv only: neve
 running and starts no new one, so a signal never leaves a tool behind. Two things no signal can end: a tool
 blocked in uninterruptible sleep (D state, e.g. rocm-smi inside a hung GPU's driver) dies only when the kernel
 lets it, so the wait for it after SIGKILL is bounded (``KILL_WAIT_SECONDS``, then ``tool_not_gone`` is logged);
-and a helper that moved itself to a session of its own is no longer in the group.
+and a helper that moved itself to a session of its own is no longer in the group: ``serve`` kills those when it
+inherits them (``exporter.sources.orphans``, which also has every tool killed by the kernel when the exporter is
+SIGKILLed: ``setpriv --pdeathsig KILL``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from exporter.logging import get_logger
+from exporter.sources.orphans import kill_orphans, with_pdeathsig
 
 log = get_logger("runner")
 
@@ -92,8 +95,12 @@ def run(
         _starting += 1
     proc: subprocess.Popen[bytes] | None = None
     try:
+        command, unstartable = with_pdeathsig(args, env)
+        if unstartable is not None:
+            missing = unstartable.startswith("No such file or directory")
+            return CommandResult(args, None, "", "", time.monotonic() - start, error=unstartable, not_found=missing)
         proc = subprocess.Popen(
-            args,
+            command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -127,6 +134,8 @@ def run(
     finally:
         with _running_lock:
             _running.discard(proc)
+            if _starting == 0:  # no tool half-started: every child not in _running is a tool's orphan
+                kill_orphans({p.pid for p in _running})
 
 
 def stop_all() -> None:

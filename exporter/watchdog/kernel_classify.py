@@ -56,6 +56,20 @@ RECORD_WINDOW = 20  # followup / lookahead window in records when the log has no
 # Messages whose match is remembered, at most: two halves, the older dropped when the newer is full (a message
 # used again is kept), so a storm of unique texts does not empty the cache of the texts it keeps repeating.
 MATCH_CACHE_SIZE = 4096
+# ... and at most about this many bytes (a long text costs more; ``plan_bytes``): 1 MiB is ~2,000 plans of an
+# 80-character amdgpu line. The source drops the whole cache when it gives a worked-off backlog's memory back
+# (``drop_cache``): plans made through a backlog are scattered over the heap and would pin its pages.
+MATCH_CACHE_BYTES = 1 << 20
+PLAN_OVERHEAD_BYTES = (
+    400  # measured (tracemalloc): a plan, its LineMatch and parts and the dict entry, ~475 B at 45 chars
+)
+
+
+def plan_bytes(text: str) -> int:
+    """What a cached plan of ``text`` costs, about: the key, the message parts (about the text again), the rest."""
+    return PLAN_OVERHEAD_BYTES + 2 * len(text)
+
+
 # Reset sequences: the class that opens one, those that close it, and the classes attributed by the open one.
 RESET_OPENS = "gpu_reset_begin"
 RESET_CLOSES = frozenset({"gpu_reset_succeeded", "gpu_reset_failed"})
@@ -261,6 +275,7 @@ class KernelClassifier:
         # The plans of the messages matched lately, newer and older half (see MATCH_CACHE_SIZE).
         self._plans: dict[str, _Plan] = {}
         self._older_plans: dict[str, _Plan] = {}
+        self._plans_bytes = 0  # plan_bytes of the newer half
         self.orphan_details = 0
         self.traps = 0
         self.aer_not_gpu = 0
@@ -343,10 +358,21 @@ class KernelClassifier:
 
     def _keep(self, text: str, plan: _Plan) -> None:
         plans = self._plans
-        if len(plans) >= MATCH_CACHE_SIZE // 2:
+        cost = plan_bytes(text)
+        if len(plans) >= MATCH_CACHE_SIZE // 2 or self._plans_bytes + cost > MATCH_CACHE_BYTES // 2:
             self._older_plans = plans
             self._plans = plans = {}
+            self._plans_bytes = 0
         plans[text] = plan
+        self._plans_bytes += cost
+
+    def drop_cache(self) -> None:
+        """Forget every cached plan (they are made again as texts come): before the heap is trimmed."""
+        self._plans, self._older_plans, self._plans_bytes = {}, {}, 0
+
+    def cache_bytes(self) -> int:
+        """What the cached plans cost, about (``plan_bytes``), both halves."""
+        return self._plans_bytes + sum(plan_bytes(t) for t in self._older_plans)
 
     def feed(self, record: KernelRecord) -> list[KernelEvent]:
         """Classify one kernel record (the caller drops records that are not from the kernel)."""
