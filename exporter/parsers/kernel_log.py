@@ -587,6 +587,12 @@ _AMDGPU_PREFIX: re.Pattern[bytes] = _deferred(
 )
 
 
+def amdgpu_prefixes(data: bytes, begin: int, end: int) -> set[str]:
+    """The BDFs (lower case) after ``amdgpu `` anywhere in ``data[begin:end]``: a superset of the GPUs its
+    records' amdgpu prefixes name."""
+    return {bdf.decode().lower() for bdf in set(_AMDGPU_PREFIX.findall(data, begin, end))}
+
+
 class SkippedRecords(msgspec.Struct, frozen=True, eq=False):
     """Consecutive records from the kernel in which no rule literal occurs: they are counted, not parsed.
 
@@ -615,8 +621,7 @@ class SkippedRecords(msgspec.Struct, frozen=True, eq=False):
 
     def amdgpu_devices(self, known: Collection[str]) -> set[str]:
         """The GPUs named by an amdgpu dev_printk prefix of these records that are not in ``known``."""
-        found = {bdf.decode().lower() for bdf in set(_AMDGPU_PREFIX.findall(self.data, self.start, self.end))}
-        new = found.difference(known)
+        new = amdgpu_prefixes(self.data, self.start, self.end).difference(known)
         if not new:
             return set()
         out: set[str] = set()
