@@ -101,7 +101,7 @@ def shell_stub(directory: Path, name: str, help_file: Path, capture: Path) -> Pa
     path.write_text(
         "#!/bin/sh\n"
         f"echo \"$*\" >> '{log}'\n"
-        f'if [ "$1" = --help ]; then exec cat \'{help_file}\'; fi\n'
+        f"if [ \"$1\" = --help ]; then exec cat '{help_file}'; fi\n"
         f"exec cat '{capture}'\n"
     )
     path.chmod(0o755)
