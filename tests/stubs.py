@@ -90,3 +90,19 @@ def amd_smi_stub(directory: Path, outputs: dict[str, Path], name: str = "amd-smi
     for command, capture in outputs.items():
         stub.set(command, stdout_file=capture)
     return stub
+
+
+def shell_stub(directory: Path, name: str, help_file: Path, capture: Path) -> Path:
+    """A ``/bin/sh`` tool (no Python start-up per run, as a real tool's cost is its own): prints ``help_file`` for
+    ``--help`` and ``capture`` for anything else, and logs its arguments to ``.<name>.calls`` beside it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    log = directory / f".{name}.calls"
+    path.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> '{log}'\n"
+        f"if [ \"$1\" = --help ]; then exec cat '{help_file}'; fi\n"
+        f"exec cat '{capture}'\n"
+    )
+    path.chmod(0o755)
+    return path

@@ -257,6 +257,9 @@ _DMESG_LINES: re.Pattern[str] = _deferred(
 # than literal by literal with the runs between them skipped.
 DENSE_FRACTION = 4
 DENSE_SAMPLE_BYTES = 16 << 10  # the start of a chunk that decides
+# The parser's last record while it is the last line of a run of skipped records: read from the chunk only when a
+# continuation line asks for it (a run of a busy log is a few dozen lines; most are followed by a candidate line).
+_UNREAD = KernelRecord(line=0, text="")
 
 
 def _try_format(fmt: str, line: str, lineno: int) -> KernelRecord | None:
@@ -305,7 +308,8 @@ class KernelLogLineParser:
         self.lines_unparsed = 0
         self._held: KernelRecord | None = None
         self._held_dict: list[tuple[str, str]] = []
-        self._last: KernelRecord | None = None
+        self._last: KernelRecord | None = None  # _UNREAD: the line of _last_at
+        self._last_at: tuple[bytes, int, int, int] = (b"", 0, 0, 0)  # chunk, begin, end, line number
 
     def _warn(self, lineno: int, message: str) -> None:
         self.lines_unparsed += 1
@@ -342,8 +346,9 @@ class KernelLogLineParser:
                 out.append(record)
                 self._last = record
             return out
-        if line[:1] in (" ", "\t") and self._last is not None and self.format != "plain":
-            out.append(replace(self._last, line=lineno, text=line.strip()))
+        last = self._last if self._last is not _UNREAD else self._read_last()
+        if line[:1] in (" ", "\t") and last is not None and self.format != "plain":
+            out.append(replace(last, line=lineno, text=line.strip()))
             return out
         plain = self._plain(line, lineno)
         if plain is not None:
@@ -438,7 +443,17 @@ class KernelLogLineParser:
             self._candidate(data[begin:end].decode("utf-8", "replace").rstrip(), line, dmesg, out)
             pos, line = end + 1, line + 1
         self._plain_records(data, pos, size, line, simple, not_simple, out)
+        if self._last is _UNREAD:
+            self._read_last()  # the chunk is not kept past the call
         return out
+
+    def _read_last(self) -> KernelRecord | None:
+        """The last line of the last run of skipped records, read now (see _UNREAD)."""
+        data, begin, end, line = self._last_at
+        assert self.format is not None
+        self._last = _try_format(self.format, data[begin:end].decode("utf-8", "replace").rstrip(), line)
+        self._last_at = (b"", 0, 0, 0)
+        return self._last
 
     def _candidate(self, text: str, line: int, dmesg: bool, out: list[KernelRecord | SkippedRecords]) -> None:
         """One line that may hold a literal (``text`` decoded and stripped on the right): what ``feed`` gives a
@@ -477,7 +492,7 @@ class KernelLogLineParser:
                 if len(parts) > 1:
                     self._last = out[-1]  # type: ignore[assignment]  # a KernelRecord: appended just above
                 return
-        at, last = 0, self._last
+        at, last = 0, self._last if self._last is not _UNREAD else self._read_last()
         for m in _DMESG_LINES.finditer(text):
             start = m.start()
             if start != at:  # lines the pattern does not read (continuations, other forms): one by one
@@ -525,9 +540,9 @@ class KernelLogLineParser:
             if other > pos:
                 count = data.count(b"\n", pos, other)
                 out.append(SkippedRecords(count, line, self.format, data, pos, other))
-                last = data.rfind(b"\n", pos, other - 1) + 1 or pos
-                text = data[last : other - 1].decode("utf-8", "replace").rstrip()
-                self._last = _try_format(self.format, text, line + count - 1)  # a continuation line's metadata
+                # a continuation line's metadata, read when one comes (_UNREAD)
+                self._last = _UNREAD
+                self._last_at = (data, data.rfind(b"\n", pos, other - 1) + 1 or pos, other - 1, line + count - 1)
                 line += count
             if other >= stop:
                 break
@@ -572,6 +587,12 @@ _AMDGPU_PREFIX: re.Pattern[bytes] = _deferred(
 )
 
 
+def amdgpu_prefixes(data: bytes, begin: int, end: int) -> set[str]:
+    """The BDFs (lower case) after ``amdgpu `` anywhere in ``data[begin:end]``: a superset of the GPUs its
+    records' amdgpu prefixes name."""
+    return {bdf.decode().lower() for bdf in set(_AMDGPU_PREFIX.findall(data, begin, end))}
+
+
 class SkippedRecords(msgspec.Struct, frozen=True, eq=False):
     """Consecutive records from the kernel in which no rule literal occurs: they are counted, not parsed.
 
@@ -600,8 +621,7 @@ class SkippedRecords(msgspec.Struct, frozen=True, eq=False):
 
     def amdgpu_devices(self, known: Collection[str]) -> set[str]:
         """The GPUs named by an amdgpu dev_printk prefix of these records that are not in ``known``."""
-        found = {bdf.decode().lower() for bdf in set(_AMDGPU_PREFIX.findall(self.data, self.start, self.end))}
-        new = found.difference(known)
+        new = amdgpu_prefixes(self.data, self.start, self.end).difference(known)
         if not new:
             return set()
         out: set[str] = set()

@@ -46,6 +46,7 @@ from exporter.parsers.kernel_log import (
     MessageParts,
     SkippedRecords,
     amdgpu_device,
+    amdgpu_prefixes,
     parse_kernel_log_items,
     split_message,
 )
@@ -407,11 +408,18 @@ class KernelClassifier:
         seen_add = self._seen_gpus.add
         last_anchor, last_of_class = self._last_anchor, self._last_of_class
         plans = self._plans
+        # Runs of skipped records while the GPUs are known: the GPUs they name matter only once none is known
+        # (_gpus), so they are looked up after the loop, for all runs of a chunk at once (_see_gpus_of).
+        unseen: list[SkippedRecords] = []
         for item in items:
             if type(item) is not KernelRecord:
                 assert isinstance(item, SkippedRecords)
                 read += item.count
-                out.extend(self.skip(item))
+                if self._known and not self._pending:
+                    self._index += item.count
+                    unseen.append(item)
+                else:
+                    out.extend(self.skip(item))
                 continue
             read += 1
             # KernelRecord.is_kernel, inlined (a property call per line otherwise)
@@ -453,7 +461,22 @@ class KernelClassifier:
             elif code == _GENERAL:
                 assert match is not None
                 self._apply(item, match, out)
+        if unseen:
+            self._see_gpus_of(unseen)
         return read, ignored
+
+    def _see_gpus_of(self, runs: list[SkippedRecords]) -> None:
+        """The GPUs the amdgpu prefixes of ``runs`` name, as ``skip`` learns them: one look over each chunk's
+        span of them first, and run by run only when it names a GPU not seen yet."""
+        seen = self._seen_gpus
+        spans: dict[int, tuple[bytes, int, int]] = {}
+        for run in runs:
+            span = spans.get(id(run.data))
+            spans[id(run.data)] = (run.data, run.start, run.end) if span is None else (span[0], span[1], run.end)
+        if all(amdgpu_prefixes(data, begin, end) <= seen for data, begin, end in spans.values()):
+            return
+        for run in runs:
+            seen.update(run.amdgpu_devices(seen))
 
     def _apply(self, record: KernelRecord, match: LineMatch, out: list[KernelEvent]) -> None:
         """What a detail, anchor or followup line does (its GPU already seen)."""

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ahocorasick_rs import AhoCorasick, BytesAhoCorasick
+from ahocorasick_rs import AhoCorasick, BytesAhoCorasick, Implementation
 
 # re's own pattern parser (re._parser from Python 3.11, sre_parse before): the analysis walks the same tree the
 # matcher is compiled from. Private but stable for decades; a pattern it cannot read is simply unfiltered.
@@ -31,6 +31,12 @@ MIN_LITERAL = 3  # shorter literals filter almost nothing
 _MAX_SET = 64  # alternatives kept while multiplying out a sequence ("(?:a|b)(?:c|d)..." grows fast)
 _MAX_LEN = 256
 _MAX_COMBINATIONS = 4096  # combinations of literals whose slots a prefilter remembers
+# A chunk this large is scanned with a DFA: about twice as fast as the automaton chosen by default for the shipped
+# rules' 172 literals (a contiguous NFA: ~265 against ~580 MB/s here), but 2.4 ms to build and 1.6 MB to hold, so
+# it is built for the first such chunk (a backlog read at start, a storm) and dropped again at the first chunk
+# under DFA_DROP_BELOW (the steady state: a few records a read).
+DFA_FROM_BYTES = 256 << 10
+DFA_DROP_BELOW = 16 << 10
 
 Literals = frozenset[str]
 Score = Callable[[Literals], tuple[int, ...]]
@@ -200,8 +206,9 @@ class Prefilter:
         # The chunk scan looks at raw lines: a literal with a newline cannot occur in one (and a pattern that
         # needs one cannot match a line). A message decoded from invalid UTF-8 holds U+FFFD where its bytes do
         # not: a literal with it rules the chunk scan out.
-        line_keys = [k.encode() for k in keys if "\n" not in k]
-        self._bytes = BytesAhoCorasick(line_keys) if line_keys else None
+        self._line_keys = [k.encode() for k in keys if "\n" not in k]
+        self._bytes = BytesAhoCorasick(self._line_keys) if self._line_keys else None
+        self._dfa: BytesAhoCorasick | None = None  # the large chunks' automaton, while they come (DFA_FROM_BYTES)
         self.chunk_scan = self.complete and not any("\ufffd" in k for k in keys)
         # The slots of the literals found together in a line, by the literals in the order found (a few dozen)
         self._combinations: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -232,6 +239,14 @@ class Prefilter:
     def find(self, data: bytes | memoryview) -> list[int]:
         """Offsets in ``data`` where a literal occurs: every line a pattern can match holds one (when
         ``chunk_scan``). The chunk scan of the followed-file reader."""
-        if self._bytes is None:
+        automaton = self._bytes
+        if automaton is None:
             return []
-        return [begin for _key, begin, _end in self._bytes.find_matches_as_indexes(data)]
+        size = len(data)
+        if size >= DFA_FROM_BYTES:
+            if self._dfa is None:
+                self._dfa = BytesAhoCorasick(self._line_keys, implementation=Implementation.DFA)
+            automaton = self._dfa
+        elif size < DFA_DROP_BELOW:
+            self._dfa = None
+        return [begin for _key, begin, _end in automaton.find_matches_as_indexes(data)]

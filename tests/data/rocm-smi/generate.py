@@ -268,6 +268,36 @@ def json_oneline() -> None:
     write("json_oneline_mi300x-2gpu_warning.txt", [warning, "", json.dumps(data)])
 
 
+def json_mi300x_8gpu_topology() -> None:
+    """``--json`` of the collector's whole query on 8 x MI300X (one XGMI hive, two NUMA nodes): every card's
+    identity and VRAM, two PIDs and the full topology (weight, hops, link type of every pair, as rocm-smi names
+    them ``a and b`` with a < b). What benchmarks/suite.py's /bin/sh stub prints for ``once``."""
+    buses = ["0000:0C:00.0", "0000:22:00.0", "0000:38:00.0", "0000:5C:00.0"]
+    buses += ["0000:9F:00.0", "0000:AF:00.0", "0000:BF:00.0", "0000:DF:00.0"]
+    data: dict[str, dict[str, str]] = {}
+    for i, bus in enumerate(buses):
+        data[f"card{i}"] = {
+            "Unique ID": f"0x{0x28A0B1C2D3E4F500 + i:x}",
+            "PCI Bus": bus,
+            "VRAM Total Memory (B)": "206141652992",
+            "VRAM Total Used Memory (B)": str(293601280 + i * 4096),
+            "Card Series": "AMD Instinct MI300X",
+            "Card Model": "0x74a1",
+            "Card Vendor": "Advanced Micro Devices Inc. [AMD/ATI]",
+            "Card SKU": "M3000100",
+            "(Topology) Numa Node": str(i // 4),
+            "(Topology) Numa Affinity": str(i // 4),
+        }
+    system = {"PID3127": "python3, 8, 68719476736, 0, 0", "PID4410": "rccl-tests, 8, unknown, unknown, unknown"}
+    for a in range(8):
+        for b in range(a + 1, 8):
+            system[f"(Topology) Weight between DRM devices {a} and {b}"] = "15"
+            system[f"(Topology) Hops between DRM devices {a} and {b}"] = "1"
+            system[f"(Topology) Link type between DRM devices {a} and {b}"] = "XGMI"
+    data["system"] = system
+    write("json_oneline_mi300x-8gpu_topology.txt", [json.dumps(data)])
+
+
 def csv_sample() -> None:
     """``--csv``: formatCsv drops commas inside values and writes N/A for a key a card lacks."""
     keys = ["Unique ID", "PCI Bus", "VRAM Total Memory (B)", "VRAM Total Used Memory (B)", "Card series"]
@@ -405,5 +435,5 @@ def topo_wrapped() -> None:
 
 if __name__ == "__main__":
     samples = (mi300x, mi250, dual_socket, rocm33, vllm, xcp, json_oneline, csv_sample, csv_fenced, json_fenced)
-    for make in (*samples, rocm19_concise, allinfo, combined_crlf, topo_wrapped):
+    for make in (*samples, rocm19_concise, allinfo, combined_crlf, topo_wrapped, json_mi300x_8gpu_topology):
         make()
