@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -113,10 +113,10 @@ def _fakeroot() -> ModuleType:
     return fakeroot
 
 
-@cache
-def series_costs() -> dict[str, Cost]:
-    """{host title: what each group costs there}, from a real collection of the sysfs, devices and kernel-log
-    sources over each host, rendered by the collector with every group on."""
+def _collections() -> Iterator[tuple[Host, Any, list[Any]]]:
+    """(host, its sysfs snapshot, the families the collector renders) for each of ``HOSTS``: the real sysfs,
+    devices and an empty kernel-log source over a fake host (as ``once --no-collector.rocm-smi
+    --no-collector.amd-smi`` reads it), with the default groups."""
     import structlog
 
     from exporter.config import Config
@@ -128,8 +128,6 @@ def series_costs() -> dict[str, Cost]:
 
     fakeroot = _fakeroot()
     now = 1_700_000_000.0
-    group_of = {s.name.removesuffix("_total") if s.kind == "counter" else s.name: s.group for s in specs()}
-    out: dict[str, Cost] = {}
     with tempfile.TemporaryDirectory(prefix="rocm-watchdog-reference-") as tmp:
         for i, host in enumerate(HOSTS):
             root = host.build(fakeroot, Path(tmp) / str(i))
@@ -142,15 +140,25 @@ def series_costs() -> dict[str, Cost]:
             store.record_success("sysfs", sysfs, 0.01, now)
             store.record_success("devices", devices, 0.01, now)
             store.record_success("kernel-log", KernelLogState(), 0.01, now)
-            buses = {g.pci_bus for g in sysfs.gpus}
-            gpus = sum(1 for g in sysfs.gpus if g.parent_pci_bus in (None, g.pci_bus))
-            per_gpu: Counter[str] = Counter()
-            per_host: Counter[str] = Counter()
-            for family in RocmCollector(store, Config(nodename="node-1"), lambda: now).collect():
-                group = group_of[family.name]
-                for sample in family.samples:
-                    (per_gpu if sample.labels.get("pci_bus") in buses else per_host)[group] += 1
-            out[host.title] = Cost(gpus, {g: n / gpus for g, n in per_gpu.items()}, dict(per_host))
+            yield host, sysfs, list(RocmCollector(store, Config(nodename="node-1"), lambda: now).collect())
+
+
+@cache
+def series_costs() -> dict[str, Cost]:
+    """{host title: what each group costs there}, from a real collection of the sysfs, devices and kernel-log
+    sources over each host (``_collections``)."""
+    group_of = {s.name.removesuffix("_total") if s.kind == "counter" else s.name: s.group for s in specs()}
+    out: dict[str, Cost] = {}
+    for host, sysfs, families in _collections():
+        buses = {g.pci_bus for g in sysfs.gpus}
+        gpus = sum(1 for g in sysfs.gpus if g.parent_pci_bus in (None, g.pci_bus))
+        per_gpu: Counter[str] = Counter()
+        per_host: Counter[str] = Counter()
+        for family in families:
+            group = group_of[family.name]
+            for sample in family.samples:
+                (per_gpu if sample.labels.get("pci_bus") in buses else per_host)[group] += 1
+        out[host.title] = Cost(gpus, {g: n / gpus for g, n in per_gpu.items()}, dict(per_host))
     return out
 
 
@@ -227,41 +235,17 @@ class NodeSeries(msgspec.Struct, frozen=True):
 
 @cache
 def default_series() -> dict[str, NodeSeries]:
-    """{host title: the series a default collection serves there}: the sysfs, devices and an empty kernel-log
-    source over each host (as ``once --no-collector.rocm-smi --no-collector.amd-smi`` reads it), rendered with the
-    default groups."""
-    import structlog
-
-    from exporter.config import Config
-    from exporter.metrics.collector import RocmCollector
-    from exporter.model.kernel import KernelLogState
-    from exporter.sources.devices import DevicesSource
-    from exporter.sources.sysfs import read_sysfs
-    from exporter.store import SnapshotStore
-
-    fakeroot = _fakeroot()
-    now = 1_700_000_000.0
+    """{host title: the series a default collection serves there} (``_collections``)."""
     out: dict[str, NodeSeries] = {}
-    with tempfile.TemporaryDirectory(prefix="rocm-watchdog-reference-") as tmp:
-        for i, host in enumerate(HOSTS):
-            root = host.build(fakeroot, Path(tmp) / str(i))
-            store = SnapshotStore()
-            for source in ("sysfs", "devices", "kernel-log"):
-                store.register(source, 15, 65)
-            with structlog.testing.capture_logs():
-                devices = DevicesSource(root.config(), clock=lambda: now).collect()
-                sysfs = read_sysfs(root.sys)
-            store.record_success("sysfs", sysfs, 0.01, now)
-            store.record_success("devices", devices, 0.01, now)
-            store.record_success("kernel-log", KernelLogState(), 0.01, now)
-            series = 0
-            zero: Counter[str] = Counter()
-            for family in RocmCollector(store, Config(nodename="node-1"), lambda: now).collect():
-                for sample in family.samples:
-                    series += 1
-                    if sample.value == 0:
-                        zero[sample.name] += 1
-            out[host.title] = NodeSeries(series, dict(zero), len(sysfs.gpus))
+    for host, sysfs, families in _collections():
+        series = 0
+        zero: Counter[str] = Counter()
+        for family in families:
+            for sample in family.samples:
+                series += 1
+                if sample.value == 0:
+                    zero[sample.name] += 1
+        out[host.title] = NodeSeries(series, dict(zero), len(sysfs.gpus))
     return out
 
 
