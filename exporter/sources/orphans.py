@@ -6,8 +6,10 @@ Two holes of a process-group kill, closed here for ``serve``:
   a tool it started would run on. Each tool is started through ``setpriv --pdeathsig KILL`` (util-linux, in every
   Debian and in the image), which asks the kernel for SIGKILL when the tool's parent goes, then execs the tool
   (the request survives exec). The kernel tracks the *thread* that forked: a tool started by a thread that ends
-  is killed with it. Tools are started only by threads that live as long as the process (the scheduler's
-  per-source collect threads, the main thread for ``once``). Cost: one more exec per run (BENCHMARKS.md).
+  is killed with it, or never when the request comes after that thread ended. Every tool is therefore forked by
+  one thread that lives as long as the process (``runner._Forker``). A request made after the exporter died never
+  fires either (setpriv does not check): a shell between setpriv and the tool (``PARENT_CHECK``) execs the tool
+  only when its parent is still the exporter. Cost: two more execs per run (BENCHMARKS.md).
 - **A helper that put itself in a session of its own** (``setsid``, a double fork) is out of the tool's group and
   is not reached by the group kill. ``serve`` makes the exporter a child subreaper (``PR_SET_CHILD_SUBREAPER``):
   an orphaned descendant of a tool is re-parented to the exporter instead of init, and after each tool run the
@@ -38,6 +40,10 @@ log = get_logger("runner")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_CHILD_SUBREAPER = 36
 REAP_WAIT_SECONDS = 0.5  # how long to wait for a killed orphan to go (D state: reaped at a later run)
+# Run by the shell setpriv execs, after the parent-death signal is set: setpriv does not look whether the parent
+# is still there, and a request made after it died never fires (an exporter SIGKILLed between the fork and the
+# prctl). The tool is exec'd only when its parent is still the exporter (its pid, $1), else it is not run at all.
+PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 137; shift; exec "$@"'
 MAX_ROUNDS = 8  # an orphan's own children are re-parented when it dies: looked for again, a bounded number of times
 
 _subreaper = False
@@ -100,7 +106,8 @@ def with_pdeathsig(argv: tuple[str, ...], env: Mapping[str, str] | None = None) 
         path = Path(program)
         exists = os.sep in program and path.exists()
         return argv, f"{'Permission denied' if exists else 'No such file or directory'}: {program}"
-    return (wrapper, "--pdeathsig", "KILL", "--", resolved, *argv[1:]), None
+    return (wrapper, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", PARENT_CHECK, "sh", str(os.getpid()), resolved,
+            *argv[1:]), None  # fmt: skip
 
 
 def children() -> set[int]:
