@@ -28,6 +28,7 @@ import contextlib
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -49,6 +50,7 @@ MAX_ROUNDS = 8  # an orphan's own children are re-parented when it dies: looked 
 _subreaper = False
 _setpriv: str | None = None
 _setpriv_looked = False
+_setpriv_lock = threading.Lock()
 
 
 def _libc() -> Any:
@@ -82,15 +84,19 @@ def setpriv() -> str | None:
     """The setpriv binary, looked for once; None when it is not installed (tools then run without the
     parent-death signal, said once as ``pdeathsig_unavailable``)."""
     global _setpriv, _setpriv_looked
-    if not _setpriv_looked:
-        _setpriv_looked = True
-        _setpriv = shutil.which("setpriv") or next(
-            (p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None
-        )
-        if _setpriv is None:
-            reason = "setpriv (util-linux) not found: a SIGKILLed exporter leaves a running tool behind"
-            log.warning("pdeathsig_unavailable", reason=reason)
-    return _setpriv
+    # Under the lock, and looked set only once the answer is there: the first runs of the smi sources start at
+    # once in two threads, and the second used to read "looked for" before the first had found it, and so ran its
+    # tool without the parent-death signal (left behind by a SIGKILLed exporter).
+    with _setpriv_lock:
+        if not _setpriv_looked:
+            _setpriv = shutil.which("setpriv") or next(
+                (p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None
+            )
+            _setpriv_looked = True
+            if _setpriv is None:
+                reason = "setpriv (util-linux) not found: a SIGKILLed exporter leaves a running tool behind"
+                log.warning("pdeathsig_unavailable", reason=reason)
+        return _setpriv
 
 
 def with_pdeathsig(argv: tuple[str, ...], env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...], str | None]:
