@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -175,15 +176,15 @@ def test_setpriv_looked_up_by_two_threads_at_once_wraps_both(monkeypatch: pytest
     monkeypatch.setattr(orphans, "_setpriv", None)
     monkeypatch.setattr(orphans, "_setpriv_looked", False)
     looking, release = threading.Event(), threading.Event()
-    real = orphans.shutil.which
+    real = shutil.which
 
-    def which(name: str, *args: object, **kwargs: object) -> str | None:
+    def which(name: str, mode: int = os.F_OK | os.X_OK, path: str | None = None) -> str | None:
         if name == "setpriv":
             looking.set()
             assert release.wait(30)  # a guard: the test releases it
-        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+        return real(name, mode, path)
 
-    monkeypatch.setattr(orphans.shutil, "which", which)
+    monkeypatch.setattr(shutil, "which", which)
     found: dict[str, str | None] = {}
     first = threading.Thread(target=lambda: found.update(first=orphans.setpriv()))
     first.start()
