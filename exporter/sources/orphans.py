@@ -9,7 +9,8 @@ Two holes of a process-group kill, closed here for ``serve``:
   is killed with it, or never when the request comes after that thread ended. Every tool is therefore forked by
   one thread that lives as long as the process (``runner._Forker``). A request made after the exporter died never
   fires either (setpriv does not check): a shell between setpriv and the tool (``PARENT_CHECK``) execs the tool
-  only when its parent is still the exporter. Cost: two more execs per run (BENCHMARKS.md).
+  only when its parent is still the exporter. Cost: two more execs per run (setpriv measured in BENCHMARKS.md;
+  the shell not yet).
 - **A helper that put itself in a session of its own** (``setsid``, a double fork) is out of the tool's group and
   is not reached by the group kill. ``serve`` makes the exporter a child subreaper (``PR_SET_CHILD_SUBREAPER``):
   an orphaned descendant of a tool is re-parented to the exporter instead of init, and after each tool run the
