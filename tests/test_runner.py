@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from exporter.sources.runner import run
 
@@ -139,3 +142,57 @@ def test_spawn_of_a_missing_program_raises() -> None:
 
     with pytest.raises(OSError):
         spawn(["/nonexistent/prometheus"], os.devnull)
+
+
+def test_no_group_kill_once_the_leader_is_reaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every group kill of run and Spawned.stop is made while the leader is not reaped yet (running, or a zombie),
+    so its pid still names the group: once reaped, the pid (pid_max is 32768 on many hosts) may already be another
+    process's that leads a group of its own (every tool, every spawned program), which the kill would end."""
+    from exporter.sources import runner
+
+    calls: list[tuple[int, bool]] = []
+    real = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        calls.append((pgid, Path(f"/proc/{pgid}").exists()))  # a zombie is still there; a reaped pid is not
+        real(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    assert run(["true"], 10).returncode == 0
+    assert run(["sh", "-c", "sleep 300 & exec sleep 300"], 0.5).timed_out
+    spawned = runner.spawn(["sh", "-c", "sleep 300 & wait"], tmp_path / "out.log")
+    spawned.stop(timeout_seconds=5)
+    assert spawned.poll() is not None
+    assert calls and all(alive for _, alive in calls), calls
+
+
+def test_setpriv_looked_up_by_two_threads_at_once_wraps_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smi sources' first runs start at once in two threads: the second must not run its tool without the
+    parent-death signal because the first is still looking for setpriv."""
+    import threading
+
+    from exporter.sources import orphans
+
+    monkeypatch.setattr(orphans, "_setpriv", None)
+    monkeypatch.setattr(orphans, "_setpriv_looked", False)
+    looking, release = threading.Event(), threading.Event()
+    real = shutil.which
+
+    def which(name: str, mode: int = os.F_OK | os.X_OK, path: str | None = None) -> str | None:
+        if name == "setpriv":
+            looking.set()
+            assert release.wait(30)  # a guard: the test releases it
+        return real(name, mode, path)
+
+    monkeypatch.setattr(shutil, "which", which)
+    found: dict[str, str | None] = {}
+    first = threading.Thread(target=lambda: found.update(first=orphans.setpriv()))
+    first.start()
+    assert looking.wait(30)
+    second = threading.Thread(target=lambda: found.update(second=orphans.setpriv()))
+    second.start()
+    second.join(0.5)  # before the fix it returned None here; after it, it waits for the first's answer
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert found["first"] is not None and found["second"] == found["first"], found

@@ -6,8 +6,11 @@ Two holes of a process-group kill, closed here for ``serve``:
   a tool it started would run on. Each tool is started through ``setpriv --pdeathsig KILL`` (util-linux, in every
   Debian and in the image), which asks the kernel for SIGKILL when the tool's parent goes, then execs the tool
   (the request survives exec). The kernel tracks the *thread* that forked: a tool started by a thread that ends
-  is killed with it. Tools are started only by threads that live as long as the process (the scheduler's
-  per-source collect threads, the main thread for ``once``). Cost: one more exec per run (BENCHMARKS.md).
+  is killed with it, or never when the request comes after that thread ended. Every tool is therefore forked by
+  one thread that lives as long as the process (``runner._Forker``). A request made after the exporter died never
+  fires either (setpriv does not check): a shell between setpriv and the tool (``PARENT_CHECK``) execs the tool
+  only when its parent is still the exporter. Cost: two more execs per run (setpriv measured in BENCHMARKS.md;
+  the shell not yet).
 - **A helper that put itself in a session of its own** (``setsid``, a double fork) is out of the tool's group and
   is not reached by the group kill. ``serve`` makes the exporter a child subreaper (``PR_SET_CHILD_SUBREAPER``):
   an orphaned descendant of a tool is re-parented to the exporter instead of init, and after each tool run the
@@ -26,6 +29,7 @@ import contextlib
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -38,11 +42,16 @@ log = get_logger("runner")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_CHILD_SUBREAPER = 36
 REAP_WAIT_SECONDS = 0.5  # how long to wait for a killed orphan to go (D state: reaped at a later run)
+# Run by the shell setpriv execs, after the parent-death signal is set: setpriv does not look whether the parent
+# is still there, and a request made after it died never fires (an exporter SIGKILLed between the fork and the
+# prctl). The tool is exec'd only when its parent is still the exporter (its pid, $1), else it is not run at all.
+PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 137; shift; exec "$@"'
 MAX_ROUNDS = 8  # an orphan's own children are re-parented when it dies: looked for again, a bounded number of times
 
 _subreaper = False
 _setpriv: str | None = None
 _setpriv_looked = False
+_setpriv_lock = threading.Lock()
 
 
 def _libc() -> Any:
@@ -76,15 +85,19 @@ def setpriv() -> str | None:
     """The setpriv binary, looked for once; None when it is not installed (tools then run without the
     parent-death signal, said once as ``pdeathsig_unavailable``)."""
     global _setpriv, _setpriv_looked
-    if not _setpriv_looked:
-        _setpriv_looked = True
-        _setpriv = shutil.which("setpriv") or next(
-            (p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None
-        )
-        if _setpriv is None:
-            reason = "setpriv (util-linux) not found: a SIGKILLed exporter leaves a running tool behind"
-            log.warning("pdeathsig_unavailable", reason=reason)
-    return _setpriv
+    # Under the lock, and looked set only once the answer is there: the first runs of the smi sources start at
+    # once in two threads, and the second used to read "looked for" before the first had found it, and so ran its
+    # tool without the parent-death signal (left behind by a SIGKILLed exporter).
+    with _setpriv_lock:
+        if not _setpriv_looked:
+            _setpriv = shutil.which("setpriv") or next(
+                (p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None
+            )
+            _setpriv_looked = True
+            if _setpriv is None:
+                reason = "setpriv (util-linux) not found: a SIGKILLed exporter leaves a running tool behind"
+                log.warning("pdeathsig_unavailable", reason=reason)
+        return _setpriv
 
 
 def with_pdeathsig(argv: tuple[str, ...], env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...], str | None]:
@@ -100,7 +113,8 @@ def with_pdeathsig(argv: tuple[str, ...], env: Mapping[str, str] | None = None) 
         path = Path(program)
         exists = os.sep in program and path.exists()
         return argv, f"{'Permission denied' if exists else 'No such file or directory'}: {program}"
-    return (wrapper, "--pdeathsig", "KILL", "--", resolved, *argv[1:]), None
+    return (wrapper, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", PARENT_CHECK, "sh", str(os.getpid()), resolved,
+            *argv[1:]), None  # fmt: skip
 
 
 def children() -> set[int]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import select
 import selectors
 import signal
 import subprocess
@@ -63,20 +65,108 @@ class CommandResult(msgspec.Struct, frozen=True):
         return self.error is None and not self.timed_out and self.returncode == 0
 
 
+class _Forker:
+    """The one thread that starts every tool, for as long as the process lives.
+
+    The parent-death signal (``setpriv --pdeathsig KILL``) is the kernel's for the *thread* that forked: a tool
+    forked by a thread that ends (a deadline worker that was abandoned, a short-lived helper thread) gets it then,
+    or, when ``setpriv`` asks for it after that thread is gone, never, and then outlives a SIGKILLed exporter. Forks
+    from this thread only (a daemon thread that never returns) tie every tool to the process itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._calls: queue.SimpleQueue[tuple[tuple[str, ...], dict[str, str] | None, list[object], threading.Event]]
+        self._calls = queue.SimpleQueue()
+
+    def popen(self, command: tuple[str, ...], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="tool-forker", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # can't start new thread: out of threads or memory
+                    raise OSError(f"cannot start the tools' thread: {exc}") from None
+                self._thread = thread
+        box: list[object] = []
+        done = threading.Event()
+        self._calls.put((command, env, box, done))
+        done.wait()
+        (outcome,) = box
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, subprocess.Popen)
+        return outcome
+
+    def _loop(self) -> None:
+        while True:
+            command, env, box, done = self._calls.get()
+            try:
+                box.append(
+                    subprocess.Popen(
+                        command,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,
+                        env=env,
+                        close_fds=True,
+                    )
+                )
+            except Exception as exc:  # handed to the caller, which says why the tool could not start
+                box.append(exc)
+            finally:
+                done.set()
+
+
+_forker = _Forker()
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout_seconds: float) -> bool:
+    """Wait up to ``timeout_seconds`` for ``proc`` to exit, *without reaping it*: until it is reaped its pid (which
+    names its process group) cannot be given to another process, so a group kill after this one cannot hit a
+    stranger's group (pid_max is 32768 on many hosts: a freed pid is soon reused, and every tool and spawned
+    program leads a group of its own)."""
+    if proc.returncode is not None:
+        return True
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:  # no pidfd (a kernel before 5.3): poll without reaping
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.01)
+                    continue
+            return True
+    try:
+        readable, _, _ = select.select([fd], [], [], max(0.0, timeout_seconds))
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the group ``proc`` leads; nothing once it has been reaped (its pid may be another's now)."""
+    if proc.returncode is not None:
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _reap_killed(proc: subprocess.Popen[bytes]) -> bool:
-    """Wait a bounded time for a killed tool; False when it is still there (uninterruptible sleep): subprocess
-    reaps it later, whenever it goes."""
-    try:
-        proc.wait(timeout=KILL_WAIT_SECONDS)
-    except subprocess.TimeoutExpired:
+def _reap(proc: subprocess.Popen[bytes], wait_seconds: float) -> int | None:
+    """Reap ``proc`` once it has exited within ``wait_seconds`` (its exit code), under the lock, so that stop_all
+    never kills the group of a pid already given back; None when it is still there (uninterruptible sleep):
+    subprocess, or the orphan sweep, reaps it later, whenever it goes."""
+    if not _exited(proc, wait_seconds):
         log.warning("tool_not_gone", tool=proc.args[0] if isinstance(proc.args, tuple) else proc.args, pid=proc.pid)
-        return False
-    return True
+        return None
+    with _running_lock:
+        code = proc.wait()  # a zombie: at once
+        _running.discard(proc)
+    return code
 
 
 def run(
@@ -99,15 +189,7 @@ def run(
         if unstartable is not None:
             missing = unstartable.startswith("No such file or directory")
             return CommandResult(args, None, "", "", time.monotonic() - start, error=unstartable, not_found=missing)
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=dict(env) if env is not None else None,
-            close_fds=True,
-        )
+        proc = _forker.popen(command, dict(env) if env is not None else None)
     except OSError as exc:
         return CommandResult(
             args,
@@ -184,21 +266,14 @@ def _collect(
                 if len(data) > room:
                     truncated = True
                 sizes[fd] += len(data)
-    returncode: int | None
-    if timed_out:
-        _kill_group(proc)
-        returncode = None
-        _reap_killed(proc)
-    else:
-        # Both pipes closed: the program exited, or detached its output. Wait what remains of the budget.
-        try:
-            returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            returncode, timed_out = None, True
-            _reap_killed(proc)
-    # Children that outlived the leader still belong to the group: do not leave them running.
+    # Both pipes closed: the program exited, or detached its output. Wait what remains of the budget (not reaping).
+    if not timed_out and not _exited(proc, max(0.0, deadline - time.monotonic())):
+        timed_out = True
+    # The whole group, the leader not reaped yet (its pid still names the group): children that outlived the
+    # leader belong to it, and are not left running.
     _kill_group(proc)
+    code = _reap(proc, KILL_WAIT_SECONDS if timed_out else 0.0)
+    returncode = None if timed_out else code
     proc.stdout.close()
     proc.stderr.close()
     return CommandResult(
@@ -224,21 +299,27 @@ class Spawned:
         return self._proc.pid
 
     def poll(self) -> int | None:
-        """The exit code once it has exited, else None."""
-        return self._proc.poll()
+        """The exit code once it has exited, else None. It is not reaped (``stop`` does that, after it has ended
+        the group its pid names)."""
+        if self._proc.returncode is not None:
+            return self._proc.returncode
+        try:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self._proc.poll()
+        if info is None:
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
     def stop(self, timeout_seconds: float = 5.0) -> None:
         """SIGTERM to its group, then SIGKILL after ``timeout_seconds``; reaped (bounded, as ``run``)."""
         try:
-            if self._proc.poll() is None:
+            if not _exited(self._proc, 0.0):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGTERM)
-                try:
-                    self._proc.wait(timeout=timeout_seconds)
-                except subprocess.TimeoutExpired:
-                    _kill_group(self._proc)
-                    _reap_killed(self._proc)
-            _kill_group(self._proc)  # helpers it left behind
+                _exited(self._proc, timeout_seconds)
+            _kill_group(self._proc)  # helpers it left behind, and itself after the timeout (not reaped yet)
+            _reap(self._proc, KILL_WAIT_SECONDS)
         finally:
             with _running_lock:
                 _running.discard(self._proc)
