@@ -406,9 +406,13 @@ def test_a_non_root_exporter_cannot_read_dev_kmsg(pod: Pod, host: FakeRoot, boun
     and even with the device allowed and SYSLOG in the bounding set, which is all ``capabilities: add: [SYSLOG]``
     gives a non-root container: without ambient capabilities it is never effective."""
     exporter = start_exporter(pod, host, KMSG, "exporter", bounding=bounding, confined=confined)
-    exporter.wait_value("rocm_watchdog_source_up", 0.0, source="kernel-log")
-    failures = exporter.value("rocm_watchdog_source_failures_total", source="kernel-log")
-    assert failures is not None and failures >= 1
+    # up is 0 from the first scrape while the first run is pending: wait for the run to have failed
+    wait_until(
+        "the kernel-log source failed",
+        lambda: (exporter.value("rocm_watchdog_source_failures_total", source="kernel-log") or 0) >= 1,
+    )
+    assert exporter.value("rocm_watchdog_source_up", source="kernel-log") == 0.0
+    assert exporter.value("rocm_watchdog_source_pending", source="kernel-log") is None
     assert exporter.proc.stop() == 0
     failed = [e for e in exporter.proc.events() if (e.get("event"), e.get("source")) == ("source_failed", "kernel-log")]
     assert failed, exporter.proc.log.read_text()

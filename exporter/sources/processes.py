@@ -148,10 +148,6 @@ class ProcessesSource:
         users, _ = parse_passwd_file(_read(self._passwd, _MAX_PASSWD_READ) or "")
         boot = parse_boot_time(_read(self._procfs / "stat") or "") if kfd or smi else None
         infos = []
-        if kfd or smi:
-            import psutil  # only once a GPU process is seen: 7 ms of imports an idle node's start-up does without
-
-            psutil.PROCFS_PATH = str(self._procfs)
         for pid in sorted(set(kfd) | set(smi)):
             if pid == self._own_pid:
                 continue
@@ -162,12 +158,9 @@ class ProcessesSource:
             gpus = tuple(sorted(on_kfd, key=lambda g: g.pci_bus)) or smi_gpus.get(pid, ())
             tool_name, smi_vram = smi.get(pid, (None, None))
             comm = _read(self._procfs / str(pid) / "comm")
-            user: str | None = None
-            try:
-                uid = psutil.Process(pid).uids().real
-                user = users.get(uid, str(uid))
-            except (psutil.Error, OSError):
-                pass  # gone, or another pid namespace: keep what the tools said
+            # the real uid from this procfs's status (not psutil's: its procfs path is global to the process)
+            uid = _real_uid(_read(self._procfs / str(pid) / "status") or "")
+            user: str | None = None if uid is None else users.get(uid, str(uid))
             cgroup = _read(self._procfs / str(pid) / "cgroup")
             container, pod = parse_cgroup(cgroup or "")
             job, step = parse_slurm_cgroup(cgroup or "")
@@ -192,3 +185,13 @@ class ProcessesSource:
 
     def close(self) -> None:
         return None
+
+
+def _real_uid(status: str) -> int | None:
+    """The real uid of a ``/proc/<pid>/status`` (``Uid:`` real, effective, saved, filesystem); None when absent
+    (gone, or another pid namespace)."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
