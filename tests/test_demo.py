@@ -249,9 +249,9 @@ def test_the_wheel_has_no_checkout_on_its_path(venv: Path) -> None:
 
 def test_demo_as_root_plays_every_step_in_order(venv: Path, start: Callable[..., Demo]) -> None:
     demo = start(demo_argv(venv), clean_env())
-    found = samples(demo.scrape())
+    # the server answers before the sources' first runs are done: wait for the simulated GPUs
+    found = demo.wait("the simulated GPUs", lambda f: (value(f, "rocm_gpus") or 0) > 0)
     assert value(found, "rocm_watchdog_host_info", nodename=NODENAME) == 1
-    assert (value(found, "rocm_gpus") or 0) > 0
     assert "the host is simulated" in demo.scrape("/")
     check = demo.wait_line(lambda line: line.strip().startswith("check it:"))
     assert "rocm-watchdog check --path.rootfs=" in check and "--state.dir=" in check
