@@ -5,6 +5,8 @@ kept across a kernel-log restart from the event's own timestamp, staleness -> un
 from __future__ import annotations
 
 import calendar
+import math
+import random
 import re
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from promtool import check_metrics
 
 from exporter.config import Config
 from exporter.metrics.collector import make_registry
-from exporter.metrics.verdict import health_inputs, health_verdict
+from exporter.metrics.verdict import VerdictMemo, health_inputs, health_verdict
 from exporter.model.devices import Condition
 from exporter.model.gpu import GpuIdentity, SysfsSnapshot
 from exporter.model.kernel import KernelLogState
@@ -28,7 +30,7 @@ from exporter.sources.kernel_log import KernelLogSource
 from exporter.sources.sysfs import read_sysfs
 from exporter.store import SnapshotStore
 from exporter.watchdog import conditions
-from exporter.watchdog.health import GpuHealth, HealthInputs, HealthVerdict, Process, evaluate
+from exporter.watchdog.health import GpuHealth, HealthInputs, HealthVerdict, Process, evaluate, valid_until
 from exporter.watchdog.health_reasons import CRITICAL_EVENT_CLASSES, HEALTH_REASONS
 
 A, B, P = "0000:03:00.0", "0000:43:00.0", "0000:03:00.3"  # P: a partition of A
@@ -214,6 +216,60 @@ def test_the_collector_serves_stale_sources_as_unknown(tmp_path: Path) -> None:
     assert _series(store, T) == {("0000:03:00.0", "healthy"), ("0000:83:00.0", "healthy")}
     # every source last succeeded at T; three intervals plus the timeout later the devices data is stale
     assert _series(store, T + 66) == {("0000:03:00.0", "unknown"), ("0000:83:00.0", "unknown")}
+
+
+def test_the_verdict_holds_until_valid_until_and_no_longer_than_an_event_boundary() -> None:
+    """Random events around ``now`` (on GPUs, a partition and the node): at every sampled instant of
+    ``[now, valid_until)`` the verdict is the one at ``now``, and ``valid_until`` is an instant where an event enters or
+    leaves the window. Boundaries themselves are sampled: the window's ends are exclusive."""
+    rng = random.Random(22)
+    classes = sorted(CRITICAL_EVENT_CLASSES)
+    for _ in range(300):
+        keys = [(rng.choice((A, B, P, "unknown")), rng.choice(classes)) for _ in range(rng.randint(0, 4))]
+        last = {key: T + rng.choice((-1, 1)) * rng.uniform(0, 2 * WINDOW) for key in keys}
+        inputs = _inputs(gpus=(A, B, P), physical={P: A}, kernel_last=last)
+        now = T + rng.choice((0.0, *(t - T + d for t in last.values() for d in (-WINDOW, WINDOW))))
+        until = valid_until(inputs, now, WINDOW)
+        expected = evaluate(inputs, now, WINDOW)
+        if math.isinf(until):
+            assert all(now - t > WINDOW for t in last.values())  # every event is behind the window for good
+            samples = [now + d for d in (0.0, 1.0, WINDOW, 10 * WINDOW)]
+        else:
+            assert any(until in (t - WINDOW, t + WINDOW) for t in last.values())
+            samples = [now + (until - now) * f for f in (0.0, 0.25, 0.5, 0.999999)]
+        for t in samples:
+            if t < until:
+                assert evaluate(inputs, t, WINDOW) == expected, (last, now, t, until)
+
+
+def test_the_memoised_verdict_is_the_verdict_of_every_view(tmp_path: Path) -> None:
+    """A collector's memo over a clock that crosses an event's window and the sources' staleness, with records in
+    between: the verdict it serves is at every step the one evaluated afresh, and it is reused between changes."""
+    store = _store(two_gpu_root(tmp_path), T)
+    memo = VerdictMemo(WINDOW)
+    event = KernelLogState(last_event_seconds={("0000:03:00.0", "vram_lost"): T + 30})
+    reused, previous = 0, None
+    for step in range(0, 1400, 7):
+        now = T + step
+        if step == 21:
+            store.record_success("kernel-log", event, 0.01, now)
+        if step in (49, 700):  # later records of every source: fresh again
+            for name in ("sysfs", "devices"):
+                entry = store.view(now).entries[name]
+                store.record_success(name, entry.data, 0.01, now)
+        view = store.view(now)
+        got = memo.verdict(view)
+        reused += got is previous  # a verdict evaluated afresh is a new object
+        previous = got
+        assert got == health_verdict(view, WINDOW), step
+    states = {step: {g.pci_bus: g.state for g in memo.verdict(store.view(T + step)).gpus} for step in (0, 629, 631)}
+    # the kernel log last recorded at T+21 (stale after T+86), the other sources at T+700; the event at T+30
+    assert states == {
+        0: {"0000:03:00.0": "unhealthy", "0000:83:00.0": "healthy"},  # time went back: evaluated afresh
+        629: {"0000:03:00.0": "unhealthy", "0000:83:00.0": "unknown"},
+        631: {"0000:03:00.0": "unknown", "0000:83:00.0": "unknown"},
+    }
+    assert reused > 150
 
 
 # -- fake hosts: one series per GPU and partition ---------------------------------------------------------------

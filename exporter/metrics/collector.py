@@ -28,7 +28,7 @@ from exporter.metrics.groups import hidden_family_names
 from exporter.metrics.health import health_families, http_server_families, push_families, state_file_families
 from exporter.metrics.kernel import kernel_families
 from exporter.metrics.selfmetrics import ExporterMetrics
-from exporter.metrics.verdict import VERDICT_SOURCES, health_verdict, verdict_families
+from exporter.metrics.verdict import VERDICT_SOURCES, VerdictMemo, verdict_families
 from exporter.model.devices import DeviceWatchState, StateFileStatus
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.kernel import KernelLogState
@@ -37,7 +37,7 @@ from exporter.server.stats import StatsView
 from exporter.sinks.status import PushStatus
 from exporter.sources.kernel_log import CURSOR_FILE
 from exporter.store import SnapshotStore, StoreView
-from exporter.watchdog.health import PROCESS_SOURCE, HealthVerdict
+from exporter.watchdog.health import PROCESS_SOURCE
 
 
 class Section(msgspec.Struct, frozen=True):
@@ -124,7 +124,7 @@ class RocmCollector(Collector):
         # serve's process_*, python_* and scrape-duration series (not --web.disable-exporter-metrics; never once)
         self._exporter = exporter_metrics
         self._http = http  # serve's HTTP server counters (exporter.server.stats), read per scrape
-        self._verdict_memo: tuple[StoreView, HealthVerdict] | None = None  # the last view's verdict (key, then build)
+        self._verdict_memo = VerdictMemo(config.health_event_window_seconds)  # the verdict, while it holds
         # serve's verdict file for node-problem-detector (exporter.sinks.health_file): how its last write went
         self.verdict_file_status: Callable[[], StateFileStatus] | None = None
 
@@ -134,6 +134,7 @@ class RocmCollector(Collector):
         """A reloaded configuration (SIGHUP): the next build uses it. The rendering cache must be dropped too
         (``Exposition.invalidate``): its keys are the store's entries, not the configuration."""
         self._config, self._push, self._exporter = config, push, exporter_metrics
+        self._verdict_memo = VerdictMemo(config.health_event_window_seconds)
         self._select(config)
 
     def _select(self, config: Config) -> None:
@@ -238,19 +239,11 @@ class RocmCollector(Collector):
             # partition's own address (8 x 37 series on a CPX MI300X host, not 64 x 37)
             yield from kernel_families(kernel, sorted({physical_gpu(bdf, known) for bdf in known}))
 
-    def _health_verdict(self, view: StoreView) -> HealthVerdict:
-        memo = self._verdict_memo
-        if memo is not None and memo[0] is view:
-            return memo[1]
-        verdict = health_verdict(view, self._config.health_event_window_seconds)
-        self._verdict_memo = (view, verdict)
-        return verdict
-
     def _verdict_key(self, view: StoreView) -> tuple[object, ...]:
-        return (self._health_verdict(view),)
+        return (self._verdict_memo.verdict(view),)
 
     def _verdict(self, view: StoreView) -> Iterator[Metric]:
-        yield from verdict_families(self._health_verdict(view))
+        yield from verdict_families(self._verdict_memo.verdict(view))
 
     def _state_files_key(self, view: StoreView) -> tuple[object, ...]:
         status = self.verdict_file_status

@@ -4,6 +4,7 @@ two never disagree."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from prometheus_client.core import Metric
@@ -26,6 +27,7 @@ from exporter.watchdog.health import (
     SourceStatus,
     evaluate,
     processes_from,
+    valid_until,
 )
 from exporter.watchdog.health_reasons import HEALTH_STATES
 
@@ -81,6 +83,44 @@ def health_inputs(view: StoreView) -> HealthInputs:
 
 def health_verdict(view: StoreView, window_seconds: float) -> HealthVerdict:
     return evaluate(health_inputs(view), view.now, window_seconds)
+
+
+def fresh_until(view: StoreView) -> float:
+    """Until when every entry of the view that is fresh stays fresh (exclusive; ``inf``: none is fresh). Staleness
+    is the only way time changes what ``health_inputs`` reads: a stale entry stays stale until it is replaced."""
+    bounds = (
+        e.health.last_success + e.health.max_age_seconds
+        for e in view.entries.values()
+        if e.health.last_success is not None and e.health.fresh(view.now)
+    )
+    return min(bounds, default=math.inf)
+
+
+class VerdictMemo:
+    """The verdict of the last view, reused for a later view while it cannot differ: the same entries (the store
+    replaces an entry at each record, so identity is enough) and a time before the first instant at which a fresh
+    entry turns stale or a kernel event enters or leaves the window (``valid_until``). What a scrape costs to know
+    the verdict is unchanged is then a comparison per source, not the verdict's evaluation over every GPU."""
+
+    def __init__(self, window_seconds: float) -> None:
+        self.window_seconds = window_seconds
+        self._entries: tuple[SourceEntry, ...] = ()
+        self._since, self._until = math.inf, -math.inf  # the times it holds for: [since, until)
+        self._verdict = HealthVerdict()
+
+    def verdict(self, view: StoreView) -> HealthVerdict:
+        entries = tuple(view.entries.values())
+        same = (
+            self._since <= view.now < self._until
+            and len(entries) == len(self._entries)
+            and all(a is b for a, b in zip(entries, self._entries, strict=True))
+        )
+        if not same:
+            inputs = health_inputs(view)
+            self._verdict = evaluate(inputs, view.now, self.window_seconds)
+            self._until = min(fresh_until(view), valid_until(inputs, view.now, self.window_seconds))
+            self._entries, self._since = entries, view.now
+        return self._verdict
 
 
 def verdict_families(verdict: HealthVerdict) -> Iterator[Metric]:

@@ -21,6 +21,7 @@ A GPU known only from the baseline (``gpu_missing``) is judged too: it is unheal
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
@@ -90,6 +91,16 @@ def processes_from(infos: Iterable[ProcessInfo]) -> tuple[Process, ...]:
 
 def _within(t: float | None, now: float, window: float) -> bool:
     return t is not None and -window < now - t < window
+
+
+def valid_until(inputs: HealthInputs, now: float, window_seconds: float) -> float:
+    """Until when ``evaluate(inputs, t, window_seconds)`` is ``evaluate(inputs, now, window_seconds)`` for every
+    ``t`` from ``now`` on (exclusive; ``inf``: for good). Time enters the verdict only through the kernel events'
+    window (``_within``): an event counts from ``t - window`` (exclusive) to ``t + window`` (exclusive), so the
+    verdict can change only at those instants. A boundary at ``now`` itself gives ``now``: valid at no later time.
+    """
+    bounds = (b for t in inputs.kernel_last.values() for b in (t - window_seconds, t + window_seconds) if b >= now)
+    return min(bounds, default=math.inf)
 
 
 def _condition_holds(c: Condition, gpu: str) -> bool:
