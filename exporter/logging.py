@@ -61,7 +61,7 @@ def _apply() -> None:
             *renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, LEVELS["info"])),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),  # a record and its newline in one write
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.bind_contextvars(service="rocm-watchdog", version=__version__)

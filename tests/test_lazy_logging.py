@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 PROGRAM = """
 import sys
+from pathlib import Path
 from exporter.logging import configure, get_logger
 configure("{level}", "json")
 log = get_logger("probe").bind(source="sysfs")
@@ -60,3 +62,30 @@ def test_logfmt_uses_the_prometheus_exporters_keys() -> None:
     line = done.stderr.strip()
     assert line.startswith("ts=") and " level=warning msg=source_failed " in line, line
     assert "source=sysfs" in line and "event=" not in line and "timestamp=" not in line
+
+
+LONG_RECORDS = """
+from exporter.logging import configure, get_logger
+configure("info", "json")
+log = get_logger("probe")
+for i in range({count}):
+    log.warning("source_failed", worker={worker}, i=i, error="x" * 9000)
+"""
+
+
+def test_two_processes_sharing_stderr_never_join_their_records(tmp_path: Path) -> None:
+    """``rocm-watchdog demo`` and its ``serve``, or a wrapper's children, write to one stderr: each record and its
+    newline go out in one write, so a record longer than the text layer's 8 KiB chunk (a tool's long error) is
+    never split around another process's record (print() wrote the newline apart: 603 of 4,000 lines joined)."""
+    out = tmp_path / "stderr.log"
+    count = 300
+    with out.open("wb") as stderr:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", LONG_RECORDS.format(count=count, worker=w)], stderr=stderr)
+            for w in range(2)
+        ]
+        for p in procs:
+            assert p.wait(timeout=120) == 0
+    lines = out.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # a joined line is not one JSON document
+    assert sorted((r["worker"], r["i"]) for r in records) == [(w, i) for w in range(2) for i in range(count)]
