@@ -156,3 +156,12 @@ def test_a_host_check_plugs_in_as_one_more_problem(tmp_path: Path) -> None:
         else:
             assert code == 1 and top_lines(text) == ["  - a host check's problem"]
             assert report["causes"][0]["subject"] == "/dev/shm"
+
+
+def test_a_fix_that_names_a_detail_not_given_is_left_out() -> None:
+    """A table fix that applies only with a detail: given, it is formatted; not given, it is not printed (never a
+    template with its braces)."""
+    with_base = problem("gfx_override_mismatch", "", "m", gfx="gfx1031", target="gfx1100", family_base="10.3.0")
+    assert with_base.fixes[-1] == "within gfx1031's family the override is 10.3.0"
+    without = problem("gfx_override_mismatch", "", "m", gfx="gfx1031", target="gfx1100")
+    assert len(without.fixes) == 1 and "{" not in without.fixes[0] and "gfx1031 needs no override" in without.fixes[0]

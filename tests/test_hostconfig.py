@@ -79,7 +79,9 @@ def test_the_same_family_workaround_is_a_note(tmp_path: Path) -> None:
     # 11.0.0 on the same RDNA2 part is another family: a problem
     code, report, _ = run(root.config(), {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     assert code == 1 and any("(gfx1031) as gfx1100" in p for p in report["problems"])
-    assert kinds(report)["gfx_override_mismatch"]["fix"].endswith("for gfx1031 that is 10.3.0")
+    mismatch = kinds(report)["gfx_override_mismatch"]
+    assert mismatch["fixes"][-1] == "within gfx1031's family the override is 10.3.0"
+    assert mismatch["details"] == {"gfx": "gfx1031", "target": "gfx1100", "family_base": "10.3.0"}
 
 
 def test_gpu_device_ordinal_out_of_range_and_contradictions(tmp_path: Path) -> None:
@@ -153,7 +155,7 @@ def test_an_in_tree_driver_cannot_be_judged(tmp_path: Path) -> None:
 
 def test_the_version_table_only_judges_what_it_knows() -> None:
     shown, found = version_causes("7.0.1", "/opt/rocm/.info/version", "6.16.99")
-    assert shown["amdgpu_driver_release"] is None and found[0]["condition"] == "rocm_driver_unjudged"
+    assert shown["amdgpu_driver_release"] is None and found[0].kind == "rocm_driver_unjudged"
     shown, found = version_causes("6.1.3", "/opt/rocm/.info/version", "6.8.5")  # ROCm 6.2's driver, 6.1 user space
     assert shown["judged"] is True and found == []
 
@@ -205,6 +207,23 @@ def test_amd_smi_on_without_the_card_nodes_will_fail(open_tmp: Path) -> None:
     off = root.config(smi_backend="amd-smi", collectors={"amd-smi": False, "devices": True, "sysfs": True})
     code, _ = check_as(1000, 1000, [109], lambda: (run(off)[0], ""))
     assert code == 0
+
+
+def test_amd_smi_on_with_card_nodes_no_group_opens(open_tmp: Path) -> None:
+    """Card nodes root:root 0600: no group to add, so the fix is root or the udev rule, and the kind says so."""
+    root = two_gpu_root(open_tmp)
+    for name in ("dri/card0", "dri/card1", "dri/card2"):
+        root.chgrp(name, 0)
+        root.chmod(name, 0o600)
+    config = root.config(smi_backend="amd-smi")
+    code, raw = check_as(1000, 1000, [109, 44], lambda: (run(config)[0], json.dumps(run(config)[1])))
+    report = json.loads(raw)
+    assert code == 1 and "amd_smi_cannot_open_cards" not in kinds(report)
+    cause = kinds(report)["amd_smi_cards_no_group"]
+    assert cause["fixes"] == [
+        "no group grants them: run as root, or fix the udev rule for card nodes",
+        "or turn the source off (--no-collector.amd-smi)",
+    ]
 
 
 def test_amd_smi_on_with_no_card_node_given(tmp_path: Path) -> None:

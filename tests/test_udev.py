@@ -289,7 +289,7 @@ def test_a_containers_own_root_is_not_read_as_the_hosts(monkeypatch: pytest.Monk
     from exporter.watchdog.hostconfig import udev_section
 
     section, found = udev_section(HostInputs(udev=udev), DevicesSnapshot())
-    assert section["read"] is False and "the rules under / are the image's, not the host's" in found[0]["message"]
+    assert section["read"] is False and "the rules under / are the image's, not the host's" in found[0].message
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     if not os.path.exists("/.dockerenv") and not os.path.exists("/run/.containerenv"):
         assert not read_udev(Config(), DevicesSnapshot()).container_root

@@ -16,8 +16,9 @@ Pure: the inputs are read by ``exporter.sources.hostconfig``; this module only j
 - ``/dev/shm`` under 1 GiB with two or more GPUs visible: a warning (RCCL's buffers live there).
 - amd-smi on and the card nodes not openable: amd-smi will fail (it opens them, ROCm/amdsmi#184).
 
-Each finding is a cause in the shape of ``check.group_causes``' entries, kept in ``host_config.causes`` (they are
-no conditions of the daemon), and a line of ``problems`` (critical or warning) or ``notes`` (info).
+Each finding is a ``preflight.Problem`` of a ``PREFLIGHT_KINDS`` kind (severity and fixes from that table, the
+message from here), exported in ``host_config.causes`` in the shape of ``causes`` (they are no conditions of the
+daemon), and a line of ``problems`` (critical or warning) or ``notes`` (info).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from exporter.model.devices import DevicesSnapshot, Severity, UdevNodeVerdict
+from exporter.model.devices import DevicesSnapshot, UdevNodeVerdict
 from exporter.model.gpu import SysfsSnapshot
 from exporter.model.hostconfig import HostInputs, UdevInputs
 from exporter.parsers.udev import RULES_DIRS, NodeVerdict, SysfsDevice, evaluate_node
+from exporter.watchdog.preflight import Problem, table_problem
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SHM_MIN_BYTES = 1 << 30
@@ -70,18 +72,9 @@ def override_target(value: str) -> str | None:
     return gfx_name(major * 10000 + minor * 100 + step)
 
 
-def _cause(kind: str, severity: Severity, message: str, fix: str, subject: str = "", **details: Any) -> dict[str, Any]:
-    return {
-        "condition": kind,
-        "subject": subject,
-        "severity": severity,
-        "pci_bus": None,
-        "message": message,
-        "details": {k: v for k, v in details.items() if v is not None},
-        "fix": fix,
-        "fixes": [fix] if fix else [],  # as check's causes (exporter.watchdog.preflight.Problem.to_json)
-        "consequences": [],
-    }
+def _cause(kind: str, message: str, subject: str = "", **details: object) -> Problem:
+    """A finding of a ``PREFLIGHT_KINDS`` kind (severity and fixes from the table); None details are left out."""
+    return table_problem(kind, subject, message, {k: v for k, v in details.items() if v is not None})
 
 
 # ---- ROCm settings against the GPUs -------------------------------------------------------------------------
@@ -100,7 +93,7 @@ def _visible_gpus(report: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def override_causes(environ: Mapping[str, str], targets: Mapping[str, int | None]) -> list[dict[str, Any]]:
+def override_causes(environ: Mapping[str, str], targets: Mapping[str, int | None]) -> list[Problem]:
     """``targets``: pci_bus -> gfx_target_version of each visible GPU."""
     value = environ.get("HSA_OVERRIDE_GFX_VERSION")
     if value is None:
@@ -111,9 +104,7 @@ def override_causes(environ: Mapping[str, str], targets: Mapping[str, int | None
         return [
             _cause(
                 "gfx_override_invalid",
-                "critical",
                 f"{var} is not major.minor.stepping (e.g. 10.3.0): the runtime's behaviour is undefined",
-                "unset HSA_OVERRIDE_GFX_VERSION, or give major.minor.stepping",
             )
         ]
     families = gfx_families()
@@ -124,28 +115,22 @@ def override_causes(environ: Mapping[str, str], targets: Mapping[str, int | None
             by_gfx.setdefault(gfx_name(version), []).append(bdf)
         else:
             unknown.append(bdf)
-    out: list[dict[str, Any]] = []
+    out: list[Problem] = []
     for gfx, bdfs in sorted(by_gfx.items()):
         gpus = ", ".join(bdfs)
         family = families.get(gfx)
         if gfx == target:
             out.append(
                 _cause(
-                    "gfx_override_redundant",
-                    "info",
-                    f"{var} names the ISA {gfx} of {gpus} itself: it changes nothing",
-                    "unset HSA_OVERRIDE_GFX_VERSION",
-                    gfx=gfx,
+                    "gfx_override_redundant", f"{var} names the ISA {gfx} of {gpus} itself: it changes nothing", gfx=gfx
                 )
             )
         elif family is not None and families.get(target, ("",))[0] == family[0]:
             out.append(
                 _cause(
                     "gfx_override_same_family",
-                    "info",
                     f"{var} runs {target} code objects on {gpus} ({gfx}), both {family[0]}: a known workaround for "
                     f"libraries that ship no {gfx} kernels",
-                    f"none needed; where the libraries ship {gfx} kernels, unset it",
                     gfx=gfx,
                     target=target,
                     family=family[0],
@@ -155,29 +140,25 @@ def override_causes(environ: Mapping[str, str], targets: Mapping[str, int | None
             out.append(
                 _cause(
                     "gfx_override_mismatch",
-                    "critical",
                     f"{var} makes the runtime treat {gpus} ({gfx}) as {target}: kernels built for {gfx} do not load "
                     f"under a {target} override, and wrong overrides are known to cause MES failures and GPU resets",
-                    f"unset HSA_OVERRIDE_GFX_VERSION ({gfx} needs no override when ROCm supports it); an override is "
-                    "a workaround only within an ISA family (e.g. 10.3.0 on gfx1031)"
-                    + (f": for {gfx} that is {family[1]}" if family is not None and family[1] != value.strip() else ""),
                     gfx=gfx,
                     target=target,
+                    # the family's own override, when the GPU has one and it is not the value given
+                    family_base=family[1] if family is not None and family[1] != value.strip() else None,
                 )
             )
     if unknown:
         out.append(
             _cause(
                 "gfx_override_unjudged",
-                "info",
                 f"{var}: the KFD topology gives no gfx_target_version for {', '.join(unknown)}: not judged",
-                "",
             )
         )
     return out
 
 
-def ordinal_causes(environ: Mapping[str, str], usable: Sequence[tuple[str, str | None]]) -> list[dict[str, Any]]:
+def ordinal_causes(environ: Mapping[str, str], usable: Sequence[tuple[str, str | None]]) -> list[Problem]:
     """``GPU_DEVICE_ORDINAL`` (read by HIP and OpenCL after ROCr's selection) like ``HIP_VISIBLE_DEVICES``, and the
     two selecting different GPUs. ``usable``: (pci_bus, unique_id) in ROCr's order."""
     ordinal = environ.get("GPU_DEVICE_ORDINAL")
@@ -191,12 +172,7 @@ def ordinal_causes(environ: Mapping[str, str], usable: Sequence[tuple[str, str |
     # without HIP's own variable GPU_DEVICE_ORDINAL is HIP's selection too, and check's selection already said
     # what is wrong with it; beside HIP_VISIBLE_DEVICES it still selects for OpenCL
     out = [
-        _cause(
-            "gpu_device_ordinal_invalid",
-            "critical",
-            e + " (OpenCL)",
-            "GPU_DEVICE_ORDINAL counts the GPUs ROCR_VISIBLE_DEVICES kept, from 0: fix or unset it",
-        )
+        _cause("gpu_device_ordinal_invalid", e + " (OpenCL)")
         for e in errors
         if e.startswith("GPU_DEVICE_ORDINAL") and hip_var is not None
     ]
@@ -208,26 +184,22 @@ def ordinal_causes(environ: Mapping[str, str], usable: Sequence[tuple[str, str |
             out.append(
                 _cause(
                     "visible_devices_contradict",
-                    "critical",
                     f"{hip_var}={environ[hip_var]} selects {hip_sel} but GPU_DEVICE_ORDINAL={ordinal} selects "
                     f"{ord_sel}: HIP and OpenCL code in one job would use different GPUs",
-                    "set one selection (ROCR_VISIBLE_DEVICES for every runtime) and unset the others",
                 )
             )
     return out
 
 
-def sdma_causes(environ: Mapping[str, str]) -> list[dict[str, Any]]:
+def sdma_causes(environ: Mapping[str, str]) -> list[Problem]:
     if environ.get("HSA_ENABLE_SDMA", "").strip() != "0":
         return []
     return [
         _cause(
             "sdma_disabled",
-            "info",
             "HSA_ENABLE_SDMA=0: host<->GPU and GPU<->GPU copies run as blit kernels on the compute queues instead of "
             "the DMA engines: they take compute units from the job, no longer overlap with kernels, and are slower "
             "for large transfers",
-            "keep it only as the workaround for an SDMA fault on this ROCm release; unset it after upgrading",
         )
     ]
 
@@ -247,7 +219,7 @@ def _triple(text: str | None) -> str | None:
     return f"{int(m.group(1))}.{int(m.group(2))}.{int(m.group(3))}"
 
 
-def version_causes(rocm: str | None, rocm_path: str, driver: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def version_causes(rocm: str | None, rocm_path: str, driver: str | None) -> tuple[dict[str, Any], list[Problem]]:
     """(the versions shown, findings)."""
     releases, matrix = driver_compat()
     module = _triple(driver)
@@ -267,20 +239,16 @@ def version_causes(rocm: str | None, rocm_path: str, driver: str | None) -> tupl
         return shown, [
             _cause(
                 "rocm_driver_unjudged",
-                "info",
                 f"ROCm {rocm} user space on the in-tree amdgpu driver (no /sys/module/amdgpu/version): AMD's "
                 "user/kernel-space matrix covers amdgpu-dkms only, so the pair cannot be judged",
-                "",
             )
         ]
     if driver_release is None or user is None or driver_release not in matrix:
         return shown, [
             _cause(
                 "rocm_driver_unjudged",
-                "info",
                 f"amdgpu driver {driver} is not in the table of amdgpu-dkms versions (exporter/data/"
                 f"rocm_driver_compat.json): ROCm {rocm} against it cannot be judged",
-                "",
             )
         ]
     shown["judged"] = True
@@ -290,14 +258,13 @@ def version_causes(rocm: str | None, rocm_path: str, driver: str | None) -> tupl
     return shown, [
         _cause(
             "rocm_driver_mismatch",
-            "warning",
             f"ROCm {rocm} user space ({rocm_path}) with amdgpu-dkms {driver} (ROCm {driver_release}'s driver) is "
             f"outside AMD's user/kernel-space support matrix: that driver supports user space "
             f"{', '.join(supported)}",
-            f"use a ROCm {', '.join(supported)} image on this host, or install the amdgpu-dkms of a release that "
-            f"supports ROCm {user} (docs: user-kernel-space-compat-matrix)",
             rocm=rocm,
             driver=driver,
+            supported=", ".join(supported),
+            user=user,
         )
     ]
 
@@ -361,7 +328,7 @@ def udev_verdicts(udev: UdevInputs, devices: DevicesSnapshot) -> tuple[UdevNodeV
     return tuple(out)
 
 
-def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, Any], list[Problem]]:
     """(report["udev"], findings) for /dev/kfd and each DRM node present."""
     udev = host.udev
     read = [f.path for f in udev.files]
@@ -379,25 +346,21 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
         return section, [
             _cause(
                 "udev_rules_unreadable",
-                "info",
                 "udev rules not read: this runs in a container and --path.rootfs is not set, so the rules under / "
                 "are the image's, not the host's: what udev sets on the nodes is not judged",
-                "run check with the host's root mounted read-only and --path.rootfs pointing at it",
             )
         ]
     if not udev.dirs_found:
         return section, [
             _cause(
                 "udev_rules_unreadable",
-                "info",
                 f"udev rules could not be read: none of {', '.join(RULES_DIRS)} exists under "
                 f"{udev.rootfs.rstrip('/')}/ (a container without the host's rules): what udev sets on the nodes is "
                 "not judged",
-                "run check with the host's root mounted read-only and --path.rootfs pointing at it",
             )
         ]
     groups: dict[tuple[str, str], list[str]] = {}  # (cause, detail key) -> node paths
-    texts: dict[tuple[str, str], tuple[str, Severity, str, str]] = {}
+    texts: dict[tuple[str, str], tuple[str, str, dict[str, str]]] = {}  # key -> (kind, message, details)
     kinds = {n.path: n.kind for n in devices.nodes}
     for v in udev_verdicts(udev, devices):
         cause = v.cause
@@ -421,53 +384,43 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
             key = (cause, ", ".join(v.undecidable))
             texts[key] = (
                 "udev_rule_undecidable",
-                "info",
                 f"udev: whether {{nodes}} get {rule} depends on rules that cannot be judged from files: "
                 f"{', '.join(v.undecidable)} (without them: {_sources(v) or 'no rule sets them'})",
-                "check the node after `udevadm trigger`; `udevadm test $(udevadm info -q path -n <node>)` shows "
-                "which rules applied",
+                {},
             )
         elif cause == "no_rule" and needed and not applied:
             key = (cause, node_now)
             texts[key] = (
                 "udev_no_rule_not_default",
-                "info",
                 f"udev: no rule sets the owner, group or mode of {{nodes}} (read: {', '.join(read) or 'no files'}), "
                 f"yet it is {node_now}, not devtmpfs's root:root 0600: set by something else (rules not read "
                 "here, a tool, by hand)",
-                'make it a rule: /etc/udev/rules.d/70-amdgpu.rules with KERNEL=="kfd", GROUP="render", '
-                'MODE="0660" and SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"',
+                {},
             )
         elif cause == "no_rule" and needed:
             key = (cause, "")
             texts[key] = (
                 "udev_no_rule",
-                "critical",
                 f"udev: no rule sets the group or mode of {{nodes}} (read: {', '.join(read) or 'no files'}): "
                 "devtmpfs's root:root 0600 stands, so only root can open it",
-                'add /etc/udev/rules.d/70-amdgpu.rules with KERNEL=="kfd", GROUP="render", MODE="0660" and '
-                'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660", then `udevadm control '
-                "--reload && udevadm trigger`",
+                {},
             )
         elif cause == "not_applied":
             key = (cause, f"{rule} {_sources(v)} {node_now}")
             texts[key] = (
                 "udev_rule_not_applied",
-                "warning",
                 f"udev: the rules give {{nodes}} {rule} ({_sources(v)}) but the node is "
                 f"{node_now}: udev has not re-run since the rule changed, or something "
                 "changed the node after it",
-                "`udevadm control --reload && udevadm trigger` (on the host), then check again",
+                {},
             )
         elif cause == "world_writable":
             key = (cause, v.mode_from or "")
             texts[key] = (
                 "udev_rule_world_writable",
-                "info",
                 f"udev: {v.mode_from} makes {{nodes}} writable by everyone (MODE {v.mode:04o}): any user or "
                 "container given the node can use the GPU",
-                f'give it a group and MODE="0660" in a rule that overrides {v.mode_from} (a same-named file in '
-                "/etc/udev/rules.d masks one in /usr/lib/udev/rules.d)",
+                {"mode_from": v.mode_from or ""},
             )
         else:
             continue
@@ -478,39 +431,34 @@ def udev_section(host: HostInputs, devices: DevicesSnapshot) -> tuple[dict[str, 
         out.append(
             _cause(
                 "udev_rules_skipped",
-                "info",
                 f"udev: {len(skipped)} rule line(s) or file(s) skipped, as udev skips them: " + "; ".join(skipped[:5]),
-                "fix the lines (`udevadm verify` on systemd >= 254), then `udevadm control --reload`",
             )
         )
     for key, paths in groups.items():
-        kind, severity, message, fix = texts[key]
+        kind, message, details = texts[key]
         nodes = paths[0] if len(paths) == 1 else f"{len(paths)} nodes ({', '.join(paths)})"
-        out.append(_cause(kind, severity, message.format(nodes=nodes), fix, subject=paths[0]))
+        out.append(_cause(kind, message.format(nodes=nodes), subject=paths[0], **details))
     return section, out
 
 
 # ---- /dev/shm, amd-smi, processes ---------------------------------------------------------------------------
 
 
-def shm_causes(shm_bytes: int | None, gpus: int) -> list[dict[str, Any]]:
+def shm_causes(shm_bytes: int | None, gpus: int) -> list[Problem]:
     if shm_bytes is None or gpus < 2 or shm_bytes >= SHM_MIN_BYTES:
         return []
     mib = shm_bytes / (1 << 20)
     return [
         _cause(
             "shm_too_small",
-            "warning",
             f"/dev/shm is {mib:.0f} MiB with {gpus} GPUs visible: RCCL and the HIP IPC paths keep buffers there, and "
             "collectives crash or slow down when it fills (Docker's default is 64 MiB)",
-            "Docker: `--ipc=host` or `--shm-size=16g`; Kubernetes: an emptyDir with medium: Memory mounted at "
-            "/dev/shm (sizeLimit e.g. 16Gi)",
             shm_bytes=shm_bytes,
         )
     ]
 
 
-def amd_smi_causes(enabled: bool, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def amd_smi_causes(enabled: bool, report: Mapping[str, Any]) -> list[Problem]:
     """amd-smi opens the card nodes too (group video on most distros): the exporter's amd-smi source fails without
     them."""
     if not enabled:
@@ -524,10 +472,8 @@ def amd_smi_causes(enabled: bool, report: Mapping[str, Any]) -> list[dict[str, A
         return [
             _cause(
                 "amd_smi_no_card_nodes",
-                "critical",
                 f"the amd-smi source is on but none of the GPUs' card nodes ({', '.join(sorted(cards))}) is under "
                 "/dev/dri: amd-smi will fail",
-                "pass the card nodes too (`--device /dev/dri`), or turn the source off (--no-collector.amd-smi)",
             )
         ]
     closed = [n for n in present if n["accessible"] is False]
@@ -535,22 +481,14 @@ def amd_smi_causes(enabled: bool, report: Mapping[str, Any]) -> list[dict[str, A
         return []
     gids = sorted({g for n in closed for g in n["grant_gids"][:1]})
     groups = sorted({str(n["group"] or n["gid"]) for n in closed})
+    message = (
+        f"the amd-smi source is on but this process cannot open {len(closed)} card node(s) "
+        f"({', '.join(n['path'] for n in closed)}, group {', '.join(groups)}): amd-smi opens them and will fail"
+    )
+    if not gids:
+        return [_cause("amd_smi_cards_no_group", message)]
     add = " ".join(f"--group-add {g}" for g in gids)
-    k8s = ", ".join(map(str, gids))
-    return [
-        _cause(
-            "amd_smi_cannot_open_cards",
-            "critical",
-            f"the amd-smi source is on but this process cannot open {len(closed)} card node(s) "
-            f"({', '.join(n['path'] for n in closed)}, group {', '.join(groups)}): amd-smi opens them and will fail",
-            (
-                f"add the group: `docker run {add}`, Kubernetes `securityContext.supplementalGroups: [{k8s}]`"
-                if gids
-                else "no group grants them: run as root, or fix the udev rule for card nodes"
-            )
-            + "; or turn the source off (--no-collector.amd-smi)",
-        )
-    ]
+    return [_cause("amd_smi_cannot_open_cards", message, docker=add, gid_list=", ".join(map(str, gids)))]
 
 
 def _ordered_usable(report: Mapping[str, Any]) -> list[tuple[str, str | None]]:
@@ -570,7 +508,7 @@ def apply(
     """Add the host-configuration findings to a ``check`` report in place (causes, problems, notes, exit code)."""
     targets_by_bus = {k.pci_bus: k.gfx_target_version for k in sysfs.kfd_nodes if k.pci_bus}
     visible = _visible_gpus(report)
-    found: list[dict[str, Any]] = []
+    found: list[Problem] = []
     found += override_causes(environ, {b: targets_by_bus.get(b) for b in visible})
     found += ordinal_causes(environ, _ordered_usable(report))
     found += sdma_causes(environ)
@@ -584,10 +522,8 @@ def apply(
         found.append(
             _cause(
                 "processes_not_checked",
-                "info",
                 "a host group's gid changed, but --path.procfs is not the host's /proc: the running GPU processes "
                 "that kept the old gid are not named",
-                "run check with the host's /proc as --path.procfs (hostPID, or -v /proc:/host/proc)",
             )
         )
     report["host_config"] = {
@@ -599,10 +535,11 @@ def apply(
     }
     report["udev"] = udev
     order = {"critical": 0, "warning": 1, "info": 2}
-    found.sort(key=lambda c: order[c["severity"]])
-    report["host_config"]["causes"] = found  # apart from the drift causes: these are no conditions of the daemon
+    found.sort(key=lambda c: order[c.severity])
+    # apart from the drift causes: these are no conditions of the daemon
+    report["host_config"]["causes"] = [c.to_json() for c in found]
     for cause in found:
-        (report["notes"] if cause["severity"] == "info" else report["problems"]).append(cause["message"])
+        (report["notes"] if cause.severity == "info" else report["problems"]).append(cause.message)
     report["ok"] = not report["problems"]
     report["exit_code"] = 1 if report["problems"] else 0
 

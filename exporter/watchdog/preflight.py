@@ -152,6 +152,141 @@ PREFLIGHT_KINDS: MappingProxyType[str, PreflightKind] = MappingProxyType(
         "visible_devices_invalid": PreflightKind("critical", (), what="a *_VISIBLE_DEVICES entry selects nothing"),
         "visible_index_moved": PreflightKind("critical", (), what="a pinned index selects another GPU than then"),
         "visible_count_changed": PreflightKind("critical", (), what="the environment selects another GPU count"),
+        # the host's configuration beyond the device nodes (exporter.watchdog.hostconfig; docs/check.md, "Host
+        # configuration"): a fix whose template names a detail the problem does not have is left out
+        "gfx_override_invalid": PreflightKind(
+            "critical",
+            ("unset HSA_OVERRIDE_GFX_VERSION, or give major.minor.stepping",),
+            what="HSA_OVERRIDE_GFX_VERSION is not major.minor.stepping",
+        ),
+        "gfx_override_redundant": PreflightKind(
+            "info", ("unset HSA_OVERRIDE_GFX_VERSION",), what="HSA_OVERRIDE_GFX_VERSION names the GPU's own ISA"
+        ),
+        "gfx_override_same_family": PreflightKind(
+            "info",
+            ("none needed; where the libraries ship {gfx} kernels, unset it",),
+            what="HSA_OVERRIDE_GFX_VERSION names another ISA of the GPU's family: a known workaround",
+        ),
+        "gfx_override_mismatch": PreflightKind(
+            "critical",
+            (
+                "unset HSA_OVERRIDE_GFX_VERSION ({gfx} needs no override when ROCm supports it); an override is a "
+                "workaround only within an ISA family (e.g. 10.3.0 on gfx1031)",
+                "within {gfx}'s family the override is {family_base}",
+            ),
+            what="HSA_OVERRIDE_GFX_VERSION names an ISA outside a visible GPU's family",
+        ),
+        "gfx_override_unjudged": PreflightKind(
+            "info", (), what="HSA_OVERRIDE_GFX_VERSION is set and KFD gives no gfx_target_version for a GPU"
+        ),
+        "gpu_device_ordinal_invalid": PreflightKind(
+            "critical",
+            ("GPU_DEVICE_ORDINAL counts the GPUs ROCR_VISIBLE_DEVICES kept, from 0: fix or unset it",),
+            what="GPU_DEVICE_ORDINAL names no GPU (OpenCL's selection)",
+        ),
+        "visible_devices_contradict": PreflightKind(
+            "critical",
+            ("set one selection (ROCR_VISIBLE_DEVICES for every runtime) and unset the others",),
+            what="HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL select different GPUs",
+        ),
+        "sdma_disabled": PreflightKind(
+            "info",
+            ("keep it only as the workaround for an SDMA fault on this ROCm release; unset it after upgrading",),
+            what="HSA_ENABLE_SDMA=0: copies run as blit kernels on the compute queues",
+        ),
+        "rocm_driver_unjudged": PreflightKind(
+            "info", (), what="the in-tree amdgpu driver, or a module version the compatibility table does not know"
+        ),
+        "rocm_driver_mismatch": PreflightKind(
+            "warning",
+            (
+                "use a ROCm {supported} image on this host, or install the amdgpu-dkms of a release that supports "
+                "ROCm {user} (docs: user-kernel-space-compat-matrix)",
+            ),
+            what="the ROCm user space is outside AMD's support matrix for the amdgpu-dkms driver",
+        ),
+        "udev_rules_unreadable": PreflightKind(
+            "info",
+            ("run check with the host's root mounted read-only and --path.rootfs pointing at it",),
+            what="no udev rules directory under --path.rootfs (or a container's own /): the rules are not judged",
+        ),
+        "udev_rules_skipped": PreflightKind(
+            "info",
+            ("fix the lines (`udevadm verify` on systemd >= 254), then `udevadm control --reload`",),
+            what="rule lines or files that udev skips (syntax errors, unreadable files)",
+        ),
+        "udev_rule_undecidable": PreflightKind(
+            "info",
+            (
+                "check the node after `udevadm trigger`; `udevadm test $(udevadm info -q path -n <node>)` shows "
+                "which rules applied",
+            ),
+            what="a rule that would set the node depends on PROGRAM, IMPORT, ENV...: never guessed",
+        ),
+        "udev_no_rule_not_default": PreflightKind(
+            "info",
+            (
+                'make it a rule: /etc/udev/rules.d/70-amdgpu.rules with KERNEL=="kfd", GROUP="render", MODE="0660" '
+                'and SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660"',
+            ),
+            what="no rule sets the node, yet it is not devtmpfs's root:root 0600: set by something else",
+        ),
+        "udev_no_rule": PreflightKind(
+            "critical",
+            (
+                'add /etc/udev/rules.d/70-amdgpu.rules with KERNEL=="kfd", GROUP="render", MODE="0660" and '
+                'SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="render", MODE="0660", then `udevadm control '
+                "--reload && udevadm trigger`",
+            ),
+            what="no rule sets /dev/kfd's or a render node's group or mode: devtmpfs's root:root 0600 stands",
+        ),
+        "udev_rule_not_applied": PreflightKind(
+            "warning",
+            ("`udevadm control --reload && udevadm trigger` (on the host), then check again",),
+            what="the rules give the node another owner, group or mode than it has",
+        ),
+        "udev_rule_world_writable": PreflightKind(
+            "info",
+            (
+                'give it a group and MODE="0660" in a rule that overrides {mode_from} (a same-named file in '
+                "/etc/udev/rules.d masks one in /usr/lib/udev/rules.d)",
+            ),
+            what="a rule makes the node writable by everyone",
+        ),
+        "shm_too_small": PreflightKind(
+            "warning",
+            (
+                "Docker: `--ipc=host` or `--shm-size=16g`; Kubernetes: an emptyDir with medium: Memory mounted at "
+                "/dev/shm (sizeLimit e.g. 16Gi)",
+            ),
+            what="/dev/shm is under 1 GiB with two or more GPUs visible",
+        ),
+        "amd_smi_no_card_nodes": PreflightKind(
+            "critical",
+            ("pass the card nodes too (`--device /dev/dri`), or turn the source off (--no-collector.amd-smi)",),
+            what="the amd-smi source is on and none of the GPUs' card nodes is under /dev/dri",
+        ),
+        "amd_smi_cannot_open_cards": PreflightKind(
+            "critical",
+            (
+                "add the group: `docker run {docker}`, Kubernetes `securityContext.supplementalGroups: [{gid_list}]`",
+                "or turn the source off (--no-collector.amd-smi)",
+            ),
+            what="the amd-smi source is on and this process cannot open the GPUs' card nodes (ROCm/amdsmi#184)",
+        ),
+        "amd_smi_cards_no_group": PreflightKind(
+            "critical",
+            (
+                "no group grants them: run as root, or fix the udev rule for card nodes",
+                "or turn the source off (--no-collector.amd-smi)",
+            ),
+            what="the amd-smi source is on and no group could open the GPUs' card nodes",
+        ),
+        "processes_not_checked": PreflightKind(
+            "info",
+            ("run check with the host's /proc as --path.procfs (hostPID, or -v /proc:/host/proc)",),
+            what="a group's gid changed, but --path.procfs is not the host's /proc: processes that kept it unnamed",
+        ),
     }
 )
 
@@ -205,10 +340,13 @@ class Problem(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, consequences=(*self.consequences, *more))
 
 
-def _format(template: str, subject: str, details: Mapping[str, str]) -> str:
+def _format(template: str, subject: str, details: Mapping[str, str]) -> str | None:
+    """The fix, or None when it names a detail the problem does not have (a fix that applies only then)."""
     try:
         return template.format(subject=subject, **details)
-    except (KeyError, IndexError, ValueError):
+    except KeyError:
+        return None
+    except (IndexError, ValueError):
         return template
 
 
@@ -221,9 +359,22 @@ def problem(
     **details: object,
 ) -> Problem:
     """A problem of a ``PREFLIGHT_KINDS`` kind: severity and fixes from the table."""
+    return table_problem(kind, subject, message, details, consequences, pci_bus)
+
+
+def table_problem(
+    kind: str,
+    subject: str,
+    message: str,
+    details: Mapping[str, object],
+    consequences: Sequence[Consequence] = (),
+    pci_bus: str | None = None,
+) -> Problem:
+    """``problem`` with the details as a mapping. A None detail is "" in the fixes; a fix naming a detail that is
+    not given at all is left out (a fix that applies only with that detail)."""
     spec = PREFLIGHT_KINDS[kind]
     text = {k: "" if v is None else str(v) for k, v in details.items()}
-    fixes = tuple(_format(f, subject, text) for f in spec.fixes)
+    fixes = tuple(fix for f in spec.fixes if (fix := _format(f, subject, text)) is not None)
     return Problem(kind, subject, spec.severity, message, fixes, tuple(consequences), tuple(text.items()), pci_bus)
 
 
