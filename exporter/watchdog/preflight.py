@@ -300,14 +300,7 @@ class Consequence(msgspec.Struct, frozen=True):
     details: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "condition": self.kind,
-            "subject": self.subject,
-            "severity": self.severity,
-            "pci_bus": self.pci_bus,
-            "message": self.message,
-            "details": dict(self.details),
-        }
+        return _json(self)
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -325,12 +318,7 @@ class Problem(msgspec.Struct, frozen=True):
     def to_json(self) -> dict[str, Any]:
         """The shape of ``check --json``'s ``causes[]``: ``fix`` the fixes joined, ``fixes`` each."""
         return {
-            "condition": self.kind,
-            "subject": self.subject,
-            "severity": self.severity,
-            "pci_bus": self.pci_bus,
-            "message": self.message,
-            "details": dict(self.details),
+            **_json(self),
             "fix": "; ".join(self.fixes),
             "fixes": list(self.fixes),
             "consequences": [c.to_json() for c in self.consequences],
@@ -338,6 +326,18 @@ class Problem(msgspec.Struct, frozen=True):
 
     def with_consequences(self, more: Sequence[Consequence]) -> Problem:
         return msgspec.structs.replace(self, consequences=(*self.consequences, *more))
+
+
+def _json(c: Consequence | Problem) -> dict[str, Any]:
+    """What a cause and a consequence share in ``check --json``."""
+    return {
+        "condition": c.kind,
+        "subject": c.subject,
+        "severity": c.severity,
+        "pci_bus": c.pci_bus,
+        "message": c.message,
+        "details": dict(c.details),
+    }
 
 
 def _format(template: str, subject: str, details: Mapping[str, str]) -> str | None:
