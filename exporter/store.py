@@ -17,6 +17,7 @@ Readiness rule: a registered source is ``pending`` until its first run has finis
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -58,6 +59,16 @@ class StoreView(msgspec.Struct, frozen=True):
         if entry is None or not entry.health.fresh(self.now):
             return None
         return entry.data
+
+    def fresh_until(self) -> float:
+        """Until when every fresh entry stays fresh (exclusive; ``inf``: none is fresh): a stale entry stays stale
+        until the source records again, so what the view's fresh data is can change with time only then."""
+        bounds = (
+            e.health.last_success + e.health.max_age_seconds
+            for e in self.entries.values()
+            if e.health.last_success is not None and e.health.fresh(self.now)
+        )
+        return min(bounds, default=math.inf)
 
     def pending(self) -> tuple[str, ...]:
         """The sources whose first run has not finished yet (not ready while there is one)."""

@@ -85,17 +85,6 @@ def health_verdict(view: StoreView, window_seconds: float) -> HealthVerdict:
     return evaluate(health_inputs(view), view.now, window_seconds)
 
 
-def fresh_until(view: StoreView) -> float:
-    """Until when every entry of the view that is fresh stays fresh (exclusive; ``inf``: none is fresh). Staleness
-    is the only way time changes what ``health_inputs`` reads: a stale entry stays stale until it is replaced."""
-    bounds = (
-        e.health.last_success + e.health.max_age_seconds
-        for e in view.entries.values()
-        if e.health.last_success is not None and e.health.fresh(view.now)
-    )
-    return min(bounds, default=math.inf)
-
-
 class VerdictMemo:
     """The verdict of the last view, reused for a later view while it cannot differ: the same entries (the store
     replaces an entry at each record, so identity is enough) and a time before the first instant at which a fresh
@@ -118,7 +107,8 @@ class VerdictMemo:
         if not same:
             inputs = health_inputs(view)
             self._verdict = evaluate(inputs, view.now, self.window_seconds)
-            self._until = min(fresh_until(view), valid_until(inputs, view.now, self.window_seconds))
+            # staleness is the only way time changes what health_inputs reads
+            self._until = min(view.fresh_until(), valid_until(inputs, view.now, self.window_seconds))
             self._entries, self._since = entries, view.now
         return self._verdict
 
